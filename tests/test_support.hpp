@@ -1,0 +1,44 @@
+#pragma once
+// Paths to test data. ../shared (beside the checkout) is optional: a user's fresh clone lacks it,
+// so tests that need it skip with a message rather than fail.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+
+namespace minimind::testing {
+
+inline std::filesystem::path source_dir() { return MINIMIND_SOURCE_DIR; }
+inline std::filesystem::path data_dir() { return source_dir() / "tests" / "data"; }
+inline std::filesystem::path bin_dir() { return MINIMIND_BIN_DIR; }
+
+// The shared directory, or nullopt after printing why the calling test is skipped.
+inline std::optional<std::filesystem::path> shared_dir(const std::string& sub = "") {
+  std::filesystem::path dir = std::filesystem::path(MINIMIND_SHARED_DIR) / sub;
+  if (std::filesystem::exists(dir)) return dir;
+  MESSAGE("SKIPPED: " << dir.string() << " not found (../shared is absent in a fresh clone)");
+  return std::nullopt;
+}
+
+// A fresh, empty scratch directory for one test.
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("minimind_test_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace minimind::testing

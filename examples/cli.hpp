@@ -1,0 +1,158 @@
+#pragma once
+// What every example program shares: flag parsing with one-line errors, and the main() wrapper
+// that turns any exception into `<program>: error: ...` on stderr with exit status 1.
+#include <minimind/error.hpp>
+
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cli {
+
+// A command-line mistake; reported like any other error.
+struct UsageError : minimind::Error {
+  using minimind::Error::Error;
+};
+
+inline int64_t parse_int(std::string_view text, const std::string& what) {
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw UsageError(what + ": \"" + std::string(text) + "\" is not an integer");
+  }
+  return value;
+}
+
+inline double parse_double(std::string_view text, const std::string& what) {
+  std::string s(text);
+  char* end = nullptr;
+  double value = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size()) throw UsageError(what + ": \"" + s + "\" is not a number");
+  return value;
+}
+
+// "1,2,3" -> {1, 2, 3}.
+inline std::vector<int32_t> parse_ids(std::string_view text, const std::string& what) {
+  std::vector<int32_t> ids;
+  if (text.empty()) throw UsageError(what + ": empty id list");
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string_view item = text.substr(start, comma - start);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    int64_t id = parse_int(item, what);
+    if (id < INT32_MIN || id > INT32_MAX) throw UsageError(what + ": id " + std::to_string(id) + " is out of range");
+    ids.push_back(static_cast<int32_t>(id));
+    start = comma + 1;
+  }
+  return ids;
+}
+
+// Flags in the GNU style: --name VALUE, --name=VALUE, and switches without a value.
+class Args {
+ public:
+  struct Flag {
+    std::string name;
+    std::string help;
+    bool takes_value = true;
+  };
+
+  Args(std::string program, std::string summary) : program_(std::move(program)), summary_(std::move(summary)) {}
+
+  Args& value(const std::string& name, const std::string& help) {
+    flags_.push_back({name, help, true});
+    return *this;
+  }
+  Args& toggle(const std::string& name, const std::string& help) {
+    flags_.push_back({name, help, false});
+    return *this;
+  }
+
+  // Returns false when --help was printed.
+  bool parse(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+      std::string arg = argv[i];
+      if (arg == "--help" || arg == "-h") {
+        print_help();
+        return false;
+      }
+      std::optional<std::string> inline_value;
+      if (auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+        inline_value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+      }
+      const Flag* flag = find(arg);
+      if (flag == nullptr) throw UsageError("unknown flag " + arg + " (see --help)");
+      if (!flag->takes_value) {
+        if (inline_value) throw UsageError(arg + " takes no value");
+        values_[flag->name] = "";
+        continue;
+      }
+      if (inline_value) {
+        values_[flag->name] = *inline_value;
+      } else {
+        if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+        values_[flag->name] = argv[++i];
+      }
+    }
+    return true;
+  }
+
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  std::optional<std::string> get(const std::string& name) const {
+    auto it = values_.find(name);
+    return it == values_.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  std::string get_or(const std::string& name, const std::string& fallback) const { return get(name).value_or(fallback); }
+  int64_t int_or(const std::string& name, int64_t fallback) const {
+    auto v = get(name);
+    return v ? parse_int(*v, name) : fallback;
+  }
+  std::optional<double> number(const std::string& name) const {
+    auto v = get(name);
+    return v ? std::optional<double>(parse_double(*v, name)) : std::nullopt;
+  }
+
+  void print_help() const {
+    std::printf("%s: %s\n\nUsage: %s [flags]\n\n", program_.c_str(), summary_.c_str(), program_.c_str());
+    for (const auto& f : flags_) {
+      std::string left = f.name + (f.takes_value ? " VALUE" : "");
+      std::printf("  %-26s %s\n", left.c_str(), f.help.c_str());
+    }
+    std::printf("  %-26s %s\n", "--help", "print this help and exit");
+  }
+
+ private:
+  const Flag* find(const std::string& name) const {
+    for (const auto& f : flags_)
+      if (f.name == name) return &f;
+    return nullptr;
+  }
+  std::string program_, summary_;
+  std::vector<Flag> flags_;
+  std::map<std::string, std::string> values_;
+};
+
+// Runs body; any exception becomes one line on stderr and exit status 1.
+inline int run(const char* program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    for (char& c : message)
+      if (c == '\n' || c == '\r') c = ' ';  // one line, whatever the message holds
+    std::fprintf(stderr, "%s: error: %s\n", program, message.c_str());
+    return 1;
+  }
+}
+
+}  // namespace cli

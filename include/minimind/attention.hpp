@@ -1,0 +1,103 @@
+#pragma once
+// Causal grouped-query self-attention with a KV cache. Query head h reads kv head
+// h / (num_attention_heads / num_key_value_heads). In minimind-3, q and k get a per-head RMSNorm
+// (q_norm, k_norm) before RoPE; the cache stores k after both, so cached keys are never touched again.
+#include "minimind/activations.hpp"
+#include "minimind/config.hpp"
+#include "minimind/rms_norm.hpp"
+#include "minimind/rope.hpp"
+#include "minimind/tensor.hpp"
+#include "minimind/weights.hpp"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace minimind {
+
+template <class T>
+class Attention {
+ public:
+  Attention() = default;
+  Attention(const WeightLoader<T>& w, const std::string& prefix, const Config& c)
+      : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
+    const std::string q_dims = "num_attention_heads " + std::to_string(heads_) + " x head_dim " + std::to_string(head_dim_) +
+                               ", hidden_size " + std::to_string(c.hidden_size);
+    const std::string kv_dims = "num_key_value_heads " + std::to_string(kv_heads_) + " x head_dim " +
+                                std::to_string(head_dim_) + ", hidden_size " + std::to_string(c.hidden_size);
+    q_proj = w.matrix(prefix + ".q_proj.weight", heads_ * head_dim_, c.hidden_size, q_dims);
+    k_proj = w.matrix(prefix + ".k_proj.weight", kv_heads_ * head_dim_, c.hidden_size, kv_dims);
+    v_proj = w.matrix(prefix + ".v_proj.weight", kv_heads_ * head_dim_, c.hidden_size, kv_dims);
+    o_proj = w.matrix(prefix + ".o_proj.weight", c.hidden_size, heads_ * head_dim_, q_dims);
+    if (c.use_qk_norm) {
+      const std::string dims = "head_dim " + std::to_string(head_dim_);
+      q_norm = RMSNorm<T>(w.vector(prefix + ".q_norm.weight", head_dim_, dims), c.rms_norm_eps);
+      k_norm = RMSNorm<T>(w.vector(prefix + ".k_norm.weight", head_dim_, dims), c.rms_norm_eps);
+    }
+  }
+
+  // Attends the n positions [start, start + n) whose normalised inputs are x [n, hidden] over the
+  // cache plus themselves; writes their k and v into the cache; out [n, hidden].
+  // act.cos / act.sin must hold the rotary angles of those positions.
+  template <class In, class Out>
+  void forward(const In& x, Index start, MatrixRM<T>& cache_k, MatrixRM<T>& cache_v, Index capacity,
+               const RotaryEmbedding<T>& rope, Out&& out, Activations<T>& act) const {
+    const Index n = x.rows(), length = start + n, group = heads_ / kv_heads_;
+    auto q = act.q.topRows(n);
+    auto k = act.k.topRows(n);
+    auto v = act.v.topRows(n);
+    q.noalias() = x * q_proj.matrix().transpose();
+    k.noalias() = x * k_proj.matrix().transpose();
+    v.noalias() = x * v_proj.matrix().transpose();
+    if (q_norm) {
+      q_norm->forward(q.data(), q.data(), n * heads_);
+      k_norm->forward(k.data(), k.data(), n * kv_heads_);
+    }
+    for (Index i = 0; i < n; ++i) {
+      rope.rotate(&q(i, 0), heads_, &act.cos(i, 0), &act.sin(i, 0));
+      rope.rotate(&k(i, 0), kv_heads_, &act.cos(i, 0), &act.sin(i, 0));
+      for (Index h = 0; h < kv_heads_; ++h) {
+        cache_k.row(h * capacity + start + i) = k.row(i).segment(h * head_dim_, head_dim_);
+        cache_v.row(h * capacity + start + i) = v.row(i).segment(h * head_dim_, head_dim_);
+      }
+    }
+
+    const T scale = T(1) / std::sqrt(static_cast<T>(head_dim_));
+    auto scores = act.scores.topLeftCorner(n, length);
+    for (Index h = 0; h < heads_; ++h) {
+      const auto keys = KVCache<T>::head(cache_k, h / group, capacity, length);
+      const auto values = KVCache<T>::head(cache_v, h / group, capacity, length);
+      scores.noalias() = (q.middleCols(h * head_dim_, head_dim_) * keys.transpose()) * scale;
+      for (Index i = 0; i < n; ++i) {
+        // Causal: position start + i sees positions [0, start + i].
+        const Index visible = start + i + 1;
+        auto row = scores.row(i);
+        auto seen = row.head(visible);
+        seen = (seen.array() - seen.maxCoeff()).exp();
+        seen /= seen.sum();
+        row.tail(length - visible).setZero();
+      }
+      act.attn.topRows(n).middleCols(h * head_dim_, head_dim_).noalias() = scores * values;
+    }
+    out.noalias() = act.attn.topRows(n) * o_proj.matrix().transpose();
+  }
+
+  size_t num_parameters() const {
+    size_t total = static_cast<size_t>(q_proj.rows() * q_proj.cols() + k_proj.rows() * k_proj.cols() +
+                                       v_proj.rows() * v_proj.cols() + o_proj.rows() * o_proj.cols());
+    if (q_norm) total += static_cast<size_t>(q_norm->dim() + k_norm->dim());
+    return total;
+  }
+
+  Weight<T> q_proj;  // [heads * head_dim, hidden]
+  Weight<T> k_proj;  // [kv_heads * head_dim, hidden]
+  Weight<T> v_proj;  // [kv_heads * head_dim, hidden]
+  Weight<T> o_proj;  // [hidden, heads * head_dim]
+  std::optional<RMSNorm<T>> q_norm, k_norm;  // [head_dim] each, minimind-3 only
+
+ private:
+  Index heads_ = 0, kv_heads_ = 0, head_dim_ = 0;
+};
+
+}  // namespace minimind

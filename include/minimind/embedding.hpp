@@ -1,0 +1,63 @@
+#pragma once
+// Weight tying: ONE matrix E [vocab, hidden] serves both ends of the model. Reading a token is a
+// row lookup (h = E[id]); predicting the next one is a dot product with every row
+// (logits = h E^T), so the token whose embedding points the way h points scores highest.
+// A tied model holds a single TiedEmbedding and uses it both ways; an untied checkpoint holds a
+// second one (its lm_head) of the same type, used only for logits.
+#include "minimind/error.hpp"
+#include "minimind/tensor.hpp"
+#include "minimind/weights.hpp"
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace minimind {
+
+template <class T>
+class TiedEmbedding {
+ public:
+  TiedEmbedding() = default;
+  explicit TiedEmbedding(Weight<T> weight) : weight_(std::move(weight)) {}
+  explicit TiedEmbedding(MatrixRM<T> matrix) : weight_(Weight<T>::owned(std::move(matrix))) {}
+
+  Index vocab_size() const { return weight_.rows(); }
+  Index hidden_size() const { return weight_.cols(); }
+  const Weight<T>& weight() const { return weight_; }
+  // Writable view of the single storage; a write is seen by lookup and logits alike.
+  MatrixMap<T> mutable_weight() { return weight_.mutable_matrix(); }
+
+  // Throws unless `id` names a row.
+  void check_id(int64_t id) const {
+    if (id < 0 || id >= vocab_size()) {
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+    }
+  }
+
+  // The embedding of each id, one row per id, into out [ids.size(), hidden].
+  template <class Out>
+  void lookup(std::span<const int32_t> ids, Out&& out) const {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      check_id(ids[i]);
+      out.row(static_cast<Index>(i)) = weight_.matrix().row(ids[i]);
+    }
+  }
+  RowVector<T> lookup(int32_t id) const {
+    check_id(id);
+    return weight_.matrix().row(id);
+  }
+
+  // logits [rows, vocab] = h [rows, hidden] E^T.
+  template <class In, class Out>
+  void logits(const In& h, Out&& out) const {
+    out.noalias() = h * weight_.matrix().transpose();
+  }
+  RowVector<T> logits(const RowVector<T>& h) const { return h * weight_.matrix().transpose(); }
+
+  size_t num_parameters() const { return static_cast<size_t>(weight_.rows() * weight_.cols()); }
+
+ private:
+  Weight<T> weight_;  // E [vocab, hidden]
+};
+
+}  // namespace minimind

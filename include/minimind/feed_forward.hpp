@@ -1,0 +1,144 @@
+#pragma once
+// The position-wise MLP of a block. Dense: SwiGLU, down_proj(silu(gate_proj(x)) * up_proj(x)).
+// MoE: a router (mlp.gate) scores the experts with a softmax, each token goes through its
+// num_experts_per_tok best experts, weighted by their scores (optionally renormalised), plus the
+// always-on shared experts of MiniMind2-MoE.
+#include "minimind/activations.hpp"
+#include "minimind/config.hpp"
+#include "minimind/tensor.hpp"
+#include "minimind/weights.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace minimind {
+
+template <class T>
+class FeedForward {
+ public:
+  FeedForward() = default;
+  FeedForward(const WeightLoader<T>& w, const std::string& prefix, const Config& c, int64_t width) {
+    const std::string dims = "hidden_size " + std::to_string(c.hidden_size) + ", FFN width " + std::to_string(width);
+    gate_proj = w.matrix(prefix + ".gate_proj.weight", width, c.hidden_size, dims);
+    up_proj = w.matrix(prefix + ".up_proj.weight", width, c.hidden_size, dims);
+    down_proj = w.matrix(prefix + ".down_proj.weight", c.hidden_size, width, dims);
+  }
+
+  Index width() const { return gate_proj.rows(); }
+
+  // out [n, hidden] = down(silu(gate(x)) * up(x)) for x [n, hidden]; uses act.gate / act.up.
+  template <class In, class Out>
+  void forward(const In& x, Out&& out, Activations<T>& act) const {
+    const Index n = x.rows(), f = width();
+    auto gate = act.gate.topLeftCorner(n, f);
+    auto up = act.up.topLeftCorner(n, f);
+    gate.noalias() = x * gate_proj.matrix().transpose();
+    up.noalias() = x * up_proj.matrix().transpose();
+    gate = gate.unaryExpr([](T g) { return g / (T(1) + std::exp(-g)); }).cwiseProduct(up);
+    out.noalias() = gate * down_proj.matrix().transpose();
+  }
+
+  size_t num_parameters() const { return static_cast<size_t>(3 * gate_proj.rows() * gate_proj.cols()); }
+
+  Weight<T> gate_proj;  // [width, hidden]
+  Weight<T> up_proj;    // [width, hidden]
+  Weight<T> down_proj;  // [hidden, width]
+};
+
+template <class T>
+class MoEFeedForward {
+ public:
+  MoEFeedForward() = default;
+  MoEFeedForward(const WeightLoader<T>& w, const std::string& prefix, const Config& c)
+      : top_k_(c.num_experts_per_tok),
+        normalize_(c.norm_topk_prob && (c.num_experts_per_tok > 1 || c.normalize_single_expert)) {
+    gate = w.matrix(prefix + ".gate.weight", c.num_experts, c.hidden_size,
+                    "num_experts " + std::to_string(c.num_experts) + ", hidden_size " + std::to_string(c.hidden_size));
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      experts.emplace_back(w, prefix + ".experts." + std::to_string(e), c, c.moe_intermediate_size);
+    }
+    for (int64_t e = 0; e < c.n_shared_experts; ++e) {
+      shared_experts.emplace_back(w, prefix + ".shared_experts." + std::to_string(e), c, c.moe_intermediate_size);
+    }
+  }
+
+  template <class In, class Out>
+  void forward(const In& x, Out&& out, Activations<T>& act) const {
+    const Index n = x.rows(), num_experts = gate.rows();
+    auto router = act.router.topRows(n);
+    router.noalias() = x * gate.matrix().transpose();
+    for (Index r = 0; r < n; ++r) {  // softmax over experts
+      auto row = router.row(r);
+      row = (row.array() - row.maxCoeff()).exp();
+      row /= row.sum();
+    }
+    choose_experts(router, act);
+
+    out.setZero();
+    for (Index e = 0; e < num_experts; ++e) {
+      Index count = 0;
+      for (Index r = 0; r < n; ++r) {
+        for (Index s = 0; s < top_k_; ++s) {
+          if (act.chosen[r * top_k_ + s] == e) {
+            act.expert_tokens[count] = r;
+            act.expert_weights[count] = act.chosen_weight[r * top_k_ + s];
+            act.expert_in.row(count++) = x.row(r);
+          }
+        }
+      }
+      if (count == 0) continue;
+      auto expert_out = act.expert_out.topRows(count);
+      experts[e].forward(act.expert_in.topRows(count), expert_out, act);
+      for (Index i = 0; i < count; ++i) out.row(act.expert_tokens[i]) += act.expert_weights[i] * expert_out.row(i);
+    }
+    for (const auto& shared : shared_experts) {
+      auto expert_out = act.expert_out.topRows(n);
+      shared.forward(x, expert_out, act);
+      out += expert_out;
+    }
+  }
+
+  size_t num_parameters() const {
+    size_t total = static_cast<size_t>(gate.rows() * gate.cols());
+    for (const auto& e : experts) total += e.num_parameters();
+    for (const auto& e : shared_experts) total += e.num_parameters();
+    return total;
+  }
+
+  Weight<T> gate;  // the router [num_experts, hidden]
+  std::vector<FeedForward<T>> experts;
+  std::vector<FeedForward<T>> shared_experts;
+
+ private:
+  // The top_k experts of each row by router probability (ties: the lower index), with weights.
+  template <class Router>
+  void choose_experts(const Router& router, Activations<T>& act) const {
+    const Index n = router.rows(), num_experts = router.cols();
+    for (Index r = 0; r < n; ++r) {
+      int* chosen = &act.chosen[r * top_k_];
+      T* weight = &act.chosen_weight[r * top_k_];
+      for (Index s = 0; s < top_k_; ++s) {
+        int best = -1;
+        for (Index e = 0; e < num_experts; ++e) {
+          if (std::find(chosen, chosen + s, static_cast<int>(e)) != chosen + s) continue;
+          if (best < 0 || router(r, e) > router(r, best)) best = static_cast<int>(e);
+        }
+        chosen[s] = best;
+        weight[s] = router(r, best);
+      }
+      if (normalize_) {
+        T sum = 0;
+        for (Index s = 0; s < top_k_; ++s) sum += weight[s];
+        for (Index s = 0; s < top_k_; ++s) weight[s] /= sum + T(1e-20);
+      }
+    }
+  }
+
+  Index top_k_ = 1;
+  bool normalize_ = true;
+};
+
+}  // namespace minimind

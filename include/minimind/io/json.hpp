@@ -1,0 +1,61 @@
+#pragma once
+// Thin use of nlohmann/json: parse errors and wrong field types become minimind::Error naming the
+// file and the field, so a bad config.json says which key is wrong.
+#include "minimind/error.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+
+namespace minimind::io {
+
+using Json = nlohmann::json;
+
+inline Json parse_json(std::string_view text, const std::string& source) {
+  try {
+    return Json::parse(text.begin(), text.end());
+  } catch (const Json::parse_error& e) {
+    throw Error(source + ": malformed JSON: " + e.what());
+  }
+}
+
+inline Json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string() + ": cannot open");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse_json(buffer.str(), path.string());
+}
+
+// The value of `key` in object `object` as T, or nullopt when absent or null.
+template <class T>
+std::optional<T> optional_field(const Json& object, const std::string& key, const std::string& source) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return std::nullopt;
+  bool type_ok = true;
+  if constexpr (std::is_same_v<T, bool>) {
+    type_ok = it->is_boolean();
+  } else if constexpr (std::is_integral_v<T>) {
+    type_ok = it->is_number_integer() ||
+              (it->is_number_float() && it->template get<double>() == static_cast<double>(static_cast<long long>(it->template get<double>())));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    type_ok = it->is_number();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    type_ok = it->is_string();
+  }
+  if (!type_ok) throw Error(source + ": field \"" + key + "\" has the wrong type (" + it->type_name() + ")");
+  try {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (it->is_number_float()) return static_cast<T>(it->template get<double>());
+    }
+    return it->template get<T>();
+  } catch (const Json::exception& e) {
+    throw Error(source + ": field \"" + key + "\": " + e.what());
+  }
+}
+
+}  // namespace minimind::io

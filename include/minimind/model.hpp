@@ -94,17 +94,12 @@ class MiniMindForCausalLM {
 
   // Builds the model over an already-parsed tensor table (the weights keep its files alive).
   static MiniMindForCausalLM from_tensors(const Config& config, const io::TensorTable& tensors) {
-    config.validate("config");
-    MiniMindForCausalLM m;
-    WeightLoader<T> w(tensors);
-    m.model = MiniMindModel<T>(w, config);
-    if (!config.tie_word_embeddings) {
-      m.untied_lm_head_ = TiedEmbedding<T>(w.matrix(
-          "lm_head.weight", config.vocab_size, config.hidden_size,
-          "vocab_size " + std::to_string(config.vocab_size) + ", hidden_size " + std::to_string(config.hidden_size)));
-    }
-    // A tied checkpoint may also store lm_head.weight; it is the same matrix and is not loaded.
-    return m;
+    return build(config, WeightLoader<T>(tensors));
+  }
+
+  // A model of the given shape with deterministic random weights (benchmarks, shape tests).
+  static MiniMindForCausalLM random(const Config& config, uint64_t seed = 0) {
+    return build(config, WeightLoader<T>::random(seed));
   }
 
   const Config& config() const { return model.config(); }
@@ -152,6 +147,19 @@ class MiniMindForCausalLM {
   MiniMindModel<T> model;
 
  private:
+  static MiniMindForCausalLM build(const Config& config, const WeightLoader<T>& w) {
+    config.validate("config");
+    MiniMindForCausalLM m;
+    m.model = MiniMindModel<T>(w, config);
+    if (!config.tie_word_embeddings) {
+      m.untied_lm_head_ = TiedEmbedding<T>(w.matrix(
+          "lm_head.weight", config.vocab_size, config.hidden_size,
+          "vocab_size " + std::to_string(config.vocab_size) + ", hidden_size " + std::to_string(config.hidden_size)));
+    }
+    // A tied checkpoint may also store lm_head.weight; it is the same matrix and is not loaded.
+    return m;
+  }
+
   std::optional<TiedEmbedding<T>> untied_lm_head_;  // [vocab, hidden], only when untied
 };
 

@@ -10,7 +10,9 @@
 #include <Eigen/Core>
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -61,15 +63,23 @@ class Weight {
   bool is_view_ = false;
 };
 
-// Turns checkpoint tensors into Weights of compute type T, checking each shape.
+// Turns checkpoint tensors into Weights of compute type T, checking each shape. Without a table it
+// makes deterministic random weights of the requested shapes instead (benchmarks and tests of
+// published shapes need no checkpoint): matrices uniform in +-1/sqrt(cols), norms near 1.
 template <class T>
 class WeightLoader {
  public:
-  explicit WeightLoader(const io::TensorTable& table) : table_(table) {}
+  explicit WeightLoader(const io::TensorTable& table) : table_(&table) {}
+  static WeightLoader random(uint64_t seed) {
+    WeightLoader w;
+    w.seed_ = seed;
+    return w;
+  }
 
   // A [rows, cols] matrix; `dims` explains the expected shape in config terms for the error.
   Weight<T> matrix(const std::string& name, int64_t rows, int64_t cols, const std::string& dims) const {
-    const io::TensorRef& t = table_.require(name);
+    if (!table_) return random_weight(name, rows, cols, T(1) / std::sqrt(static_cast<T>(cols)), T(0));
+    const io::TensorRef& t = table_->require(name);
     if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols) {
       throw Error(t.file + ": tensor \"" + name + "\" has shape " + t.shape_string() + " but the config implies [" +
                   std::to_string(rows) + ", " + std::to_string(cols) + "] (" + dims + ")");
@@ -77,16 +87,36 @@ class WeightLoader {
     return load(t, rows, cols);
   }
   Weight<T> vector(const std::string& name, int64_t size, const std::string& dims) const {
-    const io::TensorRef& t = table_.require(name);
+    if (!table_) return random_weight(name, 1, size, T(0.1), T(1));
+    const io::TensorRef& t = table_->require(name);
     if (t.shape.size() != 1 || t.shape[0] != size) {
       throw Error(t.file + ": tensor \"" + name + "\" has shape " + t.shape_string() + " but the config implies [" +
                   std::to_string(size) + "] (" + dims + ")");
     }
     return load(t, 1, size);
   }
-  const io::TensorTable& table() const { return table_; }
 
  private:
+  WeightLoader() = default;
+
+  // Uniform in [center - spread, center + spread], from a splitmix64 stream keyed by the name, so
+  // each tensor is the same whatever order the model loads them in.
+  Weight<T> random_weight(const std::string& name, int64_t rows, int64_t cols, T spread, T center) const {
+    uint64_t state = seed_ ^ std::hash<std::string>{}(name);
+    auto next = [&state] {
+      uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return z ^ (z >> 31);
+    };
+    MatrixRM<T> m(rows, cols);
+    for (Index i = 0; i < m.size(); ++i) {
+      const T unit = static_cast<T>(next() >> 11) * static_cast<T>(1.0 / 9007199254740992.0);  // [0, 1)
+      m.data()[i] = center + spread * (T(2) * unit - T(1));
+    }
+    return Weight<T>::owned(std::move(m));
+  }
+
   static Weight<T> load(const io::TensorRef& t, Index rows, Index cols) {
     const bool same_dtype = std::is_same_v<T, float> && t.dtype == io::Dtype::F32;
     const bool aligned = reinterpret_cast<uintptr_t>(t.bytes.data()) % alignof(T) == 0;
@@ -122,7 +152,8 @@ class WeightLoader {
     return 0.0f;
   }
 
-  const io::TensorTable& table_;
+  const io::TensorTable* table_ = nullptr;
+  uint64_t seed_ = 0;
 };
 
 }  // namespace minimind

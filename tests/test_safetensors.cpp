@@ -1,0 +1,136 @@
+// The safetensors reader (io/safetensors.hpp): a valid file parses; every kind of broken header is
+// refused with an Error that names the file and the tensor, before any byte is read through it.
+#include <doctest/doctest.h>
+#include <minimind/io/safetensors.hpp>
+
+#include "checkpoint_writer.hpp"
+
+using namespace minimind;
+using namespace minimind::testing;
+
+namespace {
+
+std::vector<io::TensorRef> parse(std::string image) {
+  static std::vector<std::string> keep;  // parse_safetensors returns views into the image
+  keep.push_back(std::move(image));
+  auto& bytes = keep.back();
+  return io::parse_safetensors({reinterpret_cast<std::byte*>(bytes.data()), bytes.size()}, "test.safetensors");
+}
+
+std::string header_with(const std::string& tensor_json) { return "{\"t\": " + tensor_json + "}"; }
+
+}  // namespace
+
+TEST_CASE("a valid file parses into named, shaped views") {
+  auto tensors = parse(safetensors_image({{"a", {2, 3}}, {"b", {4}, "F16", std::string(8, '\1')}}));
+  REQUIRE(tensors.size() == 2);
+  const auto& a = tensors[0].name == "a" ? tensors[0] : tensors[1];
+  const auto& b = tensors[0].name == "a" ? tensors[1] : tensors[0];
+  CHECK(a.shape == std::vector<int64_t>{2, 3});
+  CHECK(a.bytes.size() == 24);
+  CHECK(b.dtype == io::Dtype::F16);
+  CHECK(b.numel() == 4);
+}
+
+TEST_CASE("zero-sized tensors are allowed") {
+  auto tensors = parse(safetensors_image({{"empty", {0, 8}}, {"a", {1}}}));
+  CHECK(tensors.size() == 2);
+}
+
+TEST_CASE("a file too short for the header length") {
+  CHECK_THROWS_WITH_AS(parse("abc"), doctest::Contains("too short"), Error);
+}
+
+TEST_CASE("a header length beyond the file") {
+  std::string image = safetensors_image("{}", "");
+  image[6] = '\x7f';  // about 2^55
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("exceeds the file size"), Error);
+  std::string huge(8, '\xff');  // 2^64 - 1: no overflow in the check
+  CHECK_THROWS_WITH_AS(parse(huge), doctest::Contains("exceeds the file size"), Error);
+}
+
+TEST_CASE("a malformed JSON header") {
+  CHECK_THROWS_WITH_AS(parse(safetensors_image("{\"t\": [", "")), doctest::Contains("malformed JSON"), Error);
+  CHECK_THROWS_WITH_AS(parse(safetensors_image("[1, 2]", "")), doctest::Contains("not a JSON object"), Error);
+}
+
+TEST_CASE("data_offsets outside the data") {
+  const std::string data(16, '\0');
+  auto image = safetensors_image(header_with(R"({"dtype":"F32","shape":[8],"data_offsets":[0,32]})"), data);
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("tensor \"t\": data_offsets [0, 32] lie outside the 16 data bytes"), Error);
+  image = safetensors_image(header_with(R"({"dtype":"F32","shape":[1],"data_offsets":[8,4]})"), data);
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("lie outside"), Error);
+  image = safetensors_image(header_with(R"({"dtype":"F32","shape":[1],"data_offsets":[-4,0]})"), data);
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("non-negative"), Error);
+}
+
+TEST_CASE("offsets that overflow when added, and shapes whose product overflows") {
+  const std::string data(16, '\0');
+  auto image = safetensors_image(
+      header_with(R"({"dtype":"F32","shape":[4],"data_offsets":[18446744073709551612,18446744073709551615]})"), data);
+  CHECK_THROWS_AS(parse(image), Error);
+  image = safetensors_image(
+      header_with(R"({"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,16]})"), data);
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("larger than the file"), Error);
+}
+
+TEST_CASE("a size that disagrees with shape and dtype") {
+  auto image = safetensors_image(header_with(R"({"dtype":"F32","shape":[3],"data_offsets":[0,8]})"), std::string(8, '\0'));
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("shape [3] of F32 needs 12 bytes but data_offsets span 8"), Error);
+}
+
+TEST_CASE("overlapping tensors") {
+  auto image = safetensors_image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+                                     "b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                 std::string(12, '\0'));
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("overlap"), Error);
+}
+
+TEST_CASE("unknown and unsupported dtypes") {
+  auto image = safetensors_image(header_with(R"({"dtype":"Q9","shape":[1],"data_offsets":[0,4]})"), std::string(4, '\0'));
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("tensor \"t\": unknown dtype \"Q9\""), Error);
+  image = safetensors_image(header_with(R"({"dtype":"I64","shape":[1],"data_offsets":[0,8]})"), std::string(8, '\0'));
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("unsupported dtype I64"), Error);
+}
+
+TEST_CASE("entries of the wrong shape") {
+  auto image = safetensors_image(header_with(R"({"dtype":"F32","shape":"4","data_offsets":[0,16]})"), std::string(16, '\0'));
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("\"shape\""), Error);
+  image = safetensors_image(header_with(R"({"dtype":"F32","shape":[4]})"), std::string(16, '\0'));
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("data_offsets"), Error);
+  image = safetensors_image(header_with(R"({"dtype":"F32","shape":[-1],"data_offsets":[0,4]})"), std::string(4, '\0'));
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("non-negative"), Error);
+}
+
+TEST_CASE("a truncated file at every eighth of its length fails cleanly") {
+  const std::string image = safetensors_image(tiny_tensors());
+  for (int eighth = 0; eighth < 8; ++eighth) {
+    CAPTURE(eighth);
+    CHECK_THROWS_AS(parse(image.substr(0, image.size() * eighth / 8)), Error);
+  }
+}
+
+TEST_CASE("a sharded checkpoint is read through its index") {
+  const auto dir = scratch_dir("shards");
+  auto tensors = tiny_tensors();
+  std::vector<TensorBytes> first(tensors.begin(), tensors.begin() + 5), second(tensors.begin() + 5, tensors.end());
+  write_file(dir / "model-00001-of-00002.safetensors", safetensors_image(first));
+  write_file(dir / "model-00002-of-00002.safetensors", safetensors_image(second));
+  io::Json index = {{"metadata", io::Json::object()}, {"weight_map", io::Json::object()}};
+  for (const auto& t : first) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+  for (const auto& t : second) index["weight_map"][t.name] = "model-00002-of-00002.safetensors";
+  write_file(dir / "model.safetensors.index.json", index.dump());
+  const auto table = io::read_safetensors_checkpoint(dir);
+  CHECK(table.tensors().size() == tensors.size());
+  CHECK(table.files().size() == 2);
+
+  index["weight_map"]["model.norm.weight"] = "../elsewhere.safetensors";
+  write_file(dir / "model.safetensors.index.json", index.dump());
+  CHECK_THROWS_WITH_AS(io::read_safetensors_checkpoint(dir), doctest::Contains("must be a file in the checkpoint directory"), Error);
+}
+
+TEST_CASE("a missing file names its path") {
+  CHECK_THROWS_WITH_AS(io::read_safetensors("/nonexistent/model.safetensors"), doctest::Contains("/nonexistent/model.safetensors"), Error);
+  const auto dir = scratch_dir("no_weights");
+  CHECK_THROWS_WITH_AS(io::read_safetensors_checkpoint(dir), doctest::Contains("no model.safetensors"), Error);
+}

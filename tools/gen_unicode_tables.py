@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""Generate include/minimind/tokenizer/unicode_tables.hpp from the Unicode Character Database.
+
+The tokenizer needs, for every code point, the classes its pre-tokenizer regex and its added-token
+rules ask about: \\p{L}, \\p{N} and \\s (White_Space) of Oniguruma, which Hugging Face's ByteLevel
+split uses, and \\w of Rust's regex crate (Alphabetic, M, Nd, Pc, Join_Control), which its
+single_word rule uses. Reading them from the UCD files of Debian's unicode-data package keeps the
+tables in step with a maintained source instead of a hand-typed range list.
+
+Usage: /usr/bin/python3 tools/gen_unicode_tables.py [--ucd /usr/share/unicode] [--out PATH]
+"""
+import argparse
+import pathlib
+import re
+import sys
+
+MAX_CODE_POINT = 0x10FFFF
+BLOCK_SHIFT = 7  # 128 code points a block: small enough to share blocks, few enough to index
+
+# Property byte layout; keep in step with minimind/tokenizer/unicode.hpp.
+CLASS_OTHER, CLASS_LETTER, CLASS_NUMBER, CLASS_WHITESPACE = 0, 1, 2, 3
+WORD_BIT = 4
+
+
+def read_general_categories(path):
+    """General category of every assigned code point; UnicodeData.txt gives big ranges as
+    '<..., First>' / '<..., Last>' line pairs."""
+    categories = {}
+    range_start = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fields = line.split(";")
+        code_point, name, category = int(fields[0], 16), fields[1], fields[2]
+        if name.endswith(", First>"):
+            range_start = code_point
+            continue
+        if name.endswith(", Last>"):
+            for cp in range(range_start, code_point + 1):
+                categories[cp] = category
+            range_start = None
+            continue
+        categories[code_point] = category
+    return categories
+
+
+def read_binary_property(path, wanted):
+    """Code points that have the binary property `wanted` in a PropList-style file."""
+    members = set()
+    line_format = re.compile(r"^([0-9A-F]+)(?:\.\.([0-9A-F]+))?\s*;\s*(\w+)")
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = line_format.match(line)
+        if not match or match.group(3) != wanted:
+            continue
+        first = int(match.group(1), 16)
+        last = int(match.group(2), 16) if match.group(2) else first
+        members.update(range(first, last + 1))
+    if not members:
+        sys.exit(f"{path}: no code point has property {wanted}")
+    return members
+
+
+def read_version(path):
+    match = re.match(r"# \w+-(\d+\.\d+\.\d+)\.txt", path.read_text(encoding="utf-8"))
+    if not match:
+        sys.exit(f"{path}: first line does not name the Unicode version")
+    return match.group(1)
+
+
+def property_byte(cp, categories, white_space, alphabetic, join_control):
+    category = categories.get(cp, "Cn")
+    if cp in white_space:
+        value = CLASS_WHITESPACE
+    elif category.startswith("L"):
+        value = CLASS_LETTER
+    elif category.startswith("N"):
+        value = CLASS_NUMBER
+    else:
+        value = CLASS_OTHER
+    if (cp in alphabetic or category.startswith("M") or category in ("Nd", "Pc")
+            or cp in join_control):
+        value |= WORD_BIT
+    return value
+
+
+def format_array(values, per_line):
+    lines = []
+    for start in range(0, len(values), per_line):
+        lines.append("    " + ", ".join(str(v) for v in values[start:start + per_line]) + ",")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ucd", default="/usr/share/unicode", type=pathlib.Path)
+    default_out = (pathlib.Path(__file__).resolve().parent.parent /
+                   "include/minimind/tokenizer/unicode_tables.hpp")
+    parser.add_argument("--out", default=default_out, type=pathlib.Path)
+    args = parser.parse_args()
+
+    categories = read_general_categories(args.ucd / "UnicodeData.txt")
+    white_space = read_binary_property(args.ucd / "PropList.txt", "White_Space")
+    join_control = read_binary_property(args.ucd / "PropList.txt", "Join_Control")
+    alphabetic = read_binary_property(args.ucd / "DerivedCoreProperties.txt", "Alphabetic")
+    version = read_version(args.ucd / "PropList.txt")
+    derived_version = read_version(args.ucd / "DerivedCoreProperties.txt")
+    if derived_version != version:
+        sys.exit(f"PropList.txt is {version} but DerivedCoreProperties.txt is {derived_version}")
+
+    block_size = 1 << BLOCK_SHIFT
+    block_index, blocks, block_ids = [], [], {}
+    for block_start in range(0, MAX_CODE_POINT + 1, block_size):
+        block = tuple(property_byte(cp, categories, white_space, alphabetic, join_control)
+                      for cp in range(block_start, block_start + block_size))
+        if block not in block_ids:
+            block_ids[block] = len(blocks)
+            blocks.append(block)
+        block_index.append(block_ids[block])
+    block_data = [value for block in blocks for value in block]
+
+    header = f"""#pragma once
+// GENERATED by tools/gen_unicode_tables.py from the Unicode {version} Character Database
+// (Debian unicode-data: UnicodeData.txt, PropList.txt, DerivedCoreProperties.txt). Do not edit;
+// run the script again when the package moves to a new Unicode version.
+//
+// One property byte per code point, in a two-level table: kBlockIndex[cp >> kBlockShift] picks a
+// block of kBlockData, cp & (block size - 1) the byte in it. Bits 0-1: 0 other, 1 letter (L*),
+// 2 number (N*), 3 White_Space; bit 2: a \\w word character of Rust's regex crate.
+#include <cstdint>
+
+namespace minimind::unicode::tables {{
+
+inline constexpr const char* kUnicodeVersion = "{version}";
+inline constexpr int kBlockShift = {BLOCK_SHIFT};
+inline constexpr std::uint32_t kMaxCodePoint = 0x{MAX_CODE_POINT:X};
+
+inline constexpr std::uint16_t kBlockIndex[{len(block_index)}] = {{
+{format_array(block_index, 20)}
+}};
+
+inline constexpr std::uint8_t kBlockData[{len(block_data)}] = {{
+{format_array(block_data, 32)}
+}};
+
+}}  // namespace minimind::unicode::tables
+"""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(header, encoding="utf-8")
+    print(f"{args.out}: Unicode {version}, {len(blocks)} distinct blocks, "
+          f"{len(block_data) + 2 * len(block_index)} bytes of tables")
+
+
+if __name__ == "__main__":
+    main()

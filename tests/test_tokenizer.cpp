@@ -126,6 +126,8 @@ TEST_CASE("a small byte-level tokenizer.json: encode, decode and the vocabulary"
   // from_file reads no tokenizer_config.json: no BOS/EOS, no template.
   CHECK_FALSE(tokenizer.bos_id().has_value());
   CHECK(tokenizer.chat_template().empty());
+  const Tokenizer copy = tokenizer;  // copies are independent (each has its own word cache)
+  CHECK(copy.encode("he the") == Ids{kHe, kGThe});
 }
 
 TEST_CASE("merges written as \"a b\" strings give the same ids as [a, b] pairs") {

@@ -134,6 +134,22 @@ TEST_CASE("the word cache gives the same ids as merging, from many threads at on
   CHECK(encode(copy, "abcd") == Ids{7, 3});
 }
 
+TEST_CASE("a full word cache stops storing but keeps giving the same ids") {
+  const BpeModel model = BpeModel::from_json(model_with({"a b", "b c", "ab c", "c d"}), kModelAt);
+  const auto word = [](std::size_t n) {  // distinct words over a..d
+    std::string spelled = "ab";
+    for (; n; n /= 4) spelled += static_cast<char>('a' + n % 4);
+    return spelled;
+  };
+  const std::size_t words = BpeModel::kCacheCapacity + 5000;
+  std::vector<Ids> first;
+  for (std::size_t n = 0; n < words; ++n) first.push_back(encode(model, word(n)));
+  std::size_t same = 0;
+  for (std::size_t n = 0; n < words; ++n) same += encode(model, word(n)) == first[n];
+  CHECK(same == words);
+  CHECK(first[0] == Ids{5});
+}
+
 TEST_CASE("model settings that would change ids are refused, naming the field") {
   Json model = model_with({"a b"});
   model["type"] = "Unigram";

@@ -94,7 +94,7 @@ class Tokenizer {
   }
 
   // The bytes one token decodes to; possibly only part of a UTF-8 character.
-  const std::string& token_to_piece(std::int32_t id) const {
+  std::string token_to_piece(std::int32_t id) const {
     check_id(id);
     return pieces_[static_cast<std::size_t>(id)];
   }

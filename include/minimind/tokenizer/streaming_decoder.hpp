@@ -22,7 +22,7 @@ class StreamingDecoder {
 
   // The text that `id` completes (often empty). Throws minimind::Error for an id out of range.
   std::string push(std::int32_t id) {
-    const std::string& piece = tokenizer_->token_to_piece(id);
+    const std::string piece = tokenizer_->token_to_piece(id);
     if (skip_special_tokens_ && tokenizer_->is_special(id)) return {};
     pending_ += piece;
     std::string text;

@@ -156,3 +156,42 @@ inline int run(const char* program, const std::function<int()>& body) {
 }
 
 }  // namespace cli
+
+// ---- Loading a checkpoint the same way in every program ----
+#include <minimind/chat_template.hpp>
+#include <minimind/generate.hpp>
+#include <minimind/minimind.hpp>
+#include <minimind/tokenizer.hpp>
+
+#include <filesystem>
+
+namespace cli {
+
+// A checkpoint directory with what the programs need from it: the model, its tokenizer when the
+// directory has one, and the generation defaults.
+struct Checkpoint {
+  std::filesystem::path dir;
+  minimind::MiniMindForCausalLM<float> model;
+  std::optional<minimind::Tokenizer> tokenizer;
+  minimind::GenerationConfig generation;
+
+  static Checkpoint load(const std::filesystem::path& dir) {
+    Checkpoint c{dir, minimind::MiniMindForCausalLM<float>::from_pretrained(dir), std::nullopt, {}};
+    if (std::filesystem::exists(dir / "tokenizer.json")) c.tokenizer = minimind::Tokenizer::from_pretrained(dir);
+    c.generation = minimind::GenerationConfig::from_pretrained(dir, c.model.config(), c.tokenizer ? &*c.tokenizer : nullptr);
+    return c;
+  }
+
+  const minimind::Tokenizer& require_tokenizer() const {
+    if (!tokenizer) throw minimind::Error(dir.string() + ": no tokenizer.json, so text prompts are not possible (use --ids)");
+    return *tokenizer;
+  }
+};
+
+// The --model flag every program shares; defaults to the demo model shipped in examples/models.
+inline Args& model_flag(Args& args) {
+  return args.value("--model", "checkpoint directory (default: the demo model, " MINIMIND_DEMO_MODEL_DIR ")");
+}
+inline std::filesystem::path model_dir(const Args& args) { return args.get_or("--model", MINIMIND_DEMO_MODEL_DIR); }
+
+}  // namespace cli

@@ -39,7 +39,8 @@ std::vector<Candidate> top_candidates(const minimind::RowVector<float>& logits, 
 
 int run(int argc, char** argv) {
   cli::Args args("minimind-next", "print the most likely next tokens after a prompt");
-  args.value("--model", "checkpoint directory (default: the demo model " MINIMIND_DEMO_MODEL_DIR ")")
+  cli::model_flag(args)
+      .value("--prompt", "prompt text, encoded with the checkpoint's tokenizer")
       .value("--ids", "prompt as comma-separated token ids, e.g. 1,2,3")
       .value("--top", "how many candidates to print (default 5)")
       .value("--logits-out", "write the last position's logits as raw little-endian float32")
@@ -47,10 +48,11 @@ int run(int argc, char** argv) {
       .toggle("--info", "print the model's architecture, dimensions and parameter count");
   if (!args.parse(argc, argv)) return 0;
 
-  const std::string model_dir = args.get_or("--model", MINIMIND_DEMO_MODEL_DIR);
   const int64_t top = args.int_or("--top", 5);
   if (top < 1) throw cli::UsageError("--top must be at least 1");
-  const auto model = minimind::MiniMindForCausalLM<float>::from_pretrained(model_dir);
+  if (args.has("--ids") && args.has("--prompt")) throw cli::UsageError("give --prompt or --ids, not both");
+  const auto checkpoint = cli::Checkpoint::load(cli::model_dir(args));
+  const auto& model = checkpoint.model;
   const auto& config = model.config();
 
   if (args.has("--info")) {
@@ -70,12 +72,18 @@ int run(int argc, char** argv) {
     std::printf("embeddings          %s\n", model.is_tied() ? "tied (one matrix for embed_tokens and lm_head)" : "untied");
     std::printf("parameters          %zu\n", model.num_parameters());
     std::printf("weight bytes        %zu\n", model.weight_bytes());
-    if (!args.has("--ids")) return 0;
+    if (!args.has("--ids") && !args.has("--prompt")) return 0;
   }
 
-  auto ids_text = args.get("--ids");
-  if (!ids_text) throw cli::UsageError("give the prompt with --ids (see --help)");
-  const std::vector<int32_t> ids = cli::parse_ids(*ids_text, "--ids");
+  std::vector<int32_t> ids;
+  if (auto text = args.get("--prompt")) ids = checkpoint.require_tokenizer().encode(*text);
+  else if (auto ids_text = args.get("--ids")) ids = cli::parse_ids(*ids_text, "--ids");
+  else throw cli::UsageError("give the prompt with --prompt TEXT or --ids 1,2,3 (see --help)");
+  if (ids.empty()) throw cli::UsageError("the prompt encodes to no tokens");
+  if (static_cast<int64_t>(ids.size()) > config.max_position_embeddings) {
+    throw cli::UsageError("the prompt has " + std::to_string(ids.size()) + " tokens, more than the context of " +
+                          std::to_string(config.max_position_embeddings));
+  }
 
   auto session = model.new_session(static_cast<minimind::Index>(ids.size()));
   const minimind::RowVector<float> logits = model.forward(session, ids, false).row(0);
@@ -88,18 +96,29 @@ int run(int argc, char** argv) {
   }
 
   const auto candidates = top_candidates(logits, top);
+  const auto* tokenizer = checkpoint.tokenizer ? &*checkpoint.tokenizer : nullptr;
   if (args.has("--json")) {
     nlohmann::json j;
-    j["model"] = model_dir;
+    j["model"] = checkpoint.dir.string();
     j["prompt_ids"] = ids;
     j["vocab_size"] = config.vocab_size;
-    for (const auto& c : candidates) j["top"].push_back({{"id", c.id}, {"logit", c.logit}, {"probability", c.probability}});
-    std::printf("%s\n", j.dump().c_str());
+    j["top"] = nlohmann::json::array();
+    for (const auto& c : candidates) {
+      nlohmann::json entry = {{"id", c.id}, {"logit", c.logit}, {"probability", c.probability}};
+      // Invalid UTF-8 (half a character) is replaced so the JSON stays valid.
+      if (tokenizer) entry["text"] = tokenizer->token_to_piece(c.id);
+      j["top"].push_back(entry);
+    }
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
-  std::printf("%-6s %-8s %10s %12s\n", "rank", "id", "logit", "probability");
+  std::printf("%-6s %-8s %10s %12s  %s\n", "rank", "id", "logit", "probability", tokenizer ? "token" : "");
   for (size_t i = 0; i < candidates.size(); ++i) {
-    std::printf("%-6zu %-8d %10.4f %12.6f\n", i + 1, candidates[i].id, candidates[i].logit, candidates[i].probability);
+    // Quoted as JSON so spaces, newlines and half characters stay visible.
+    const std::string text = tokenizer ? nlohmann::json(tokenizer->token_to_piece(candidates[i].id))
+                                             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                                       : "";
+    std::printf("%-6zu %-8d %10.4f %12.6f  %s\n", i + 1, candidates[i].id, candidates[i].logit, candidates[i].probability, text.c_str());
   }
   return 0;
 }

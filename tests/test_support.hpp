@@ -42,3 +42,40 @@ inline std::string read_file(const std::filesystem::path& path) {
 }
 
 }  // namespace minimind::testing
+
+#include <array>
+#include <cstdio>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace minimind::testing {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs a shell command line; stdout and stderr are captured separately.
+inline CommandResult run_command(const std::string& command, const std::string& stdin_text = "") {
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto tag = std::to_string(reinterpret_cast<uintptr_t>(&command)) + std::to_string(::getpid());
+  const auto in_path = dir / ("minimind_cmd_in_" + tag), err_path = dir / ("minimind_cmd_err_" + tag);
+  write_file(in_path, stdin_text);
+  CommandResult result;
+  FILE* pipe = ::popen((command + " < '" + in_path.string() + "' 2> '" + err_path.string() + "'").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.err = read_file(err_path);
+  std::filesystem::remove(in_path);
+  std::filesystem::remove(err_path);
+  return result;
+}
+
+inline std::string program(const std::string& name) { return (bin_dir() / name).string(); }
+
+}  // namespace minimind::testing

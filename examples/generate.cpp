@@ -1,0 +1,105 @@
+// minimind-generate: continue a prompt (or answer it as a chat turn), streaming the text.
+#include "cli.hpp"
+
+#include <cstdio>
+
+namespace {
+
+int run(int argc, char** argv) {
+  cli::Args args("minimind-generate", "generate text from a prompt with a MiniMind checkpoint");
+  cli::model_flag(args)
+      .value("--prompt", "prompt text")
+      .value("--ids", "prompt as comma-separated token ids")
+      .toggle("--chat", "wrap the prompt as a user turn in the checkpoint's chat template")
+      .value("--system", "system message for --chat")
+      .toggle("--think", "with --chat on minimind-3: leave the think block open for reasoning")
+      .value("--max-new-tokens", "how many tokens to generate at most (default: generation_config.json, else 512)")
+      .value("--temperature", "sampling temperature; 0 = greedy (default: generation_config.json, else 0.85)")
+      .value("--top-k", "keep the K most likely tokens; 0 = off")
+      .value("--top-p", "keep the smallest set of tokens with probability mass >= P, in (0, 1]")
+      .value("--min-p", "drop tokens less likely than P times the best one")
+      .value("--repetition-penalty", "penalise tokens already seen (upstream's rule); 1 = off")
+      .value("--seed", "random seed (default 42)")
+      .value("--ctx", "context length in tokens (default: prompt + max new tokens, within max_position_embeddings)")
+      .toggle("--ignore-eos", "keep generating past end-of-sequence ids")
+      .toggle("--print-ids", "print the generated ids comma-separated on one line instead of text");
+  if (!args.parse(argc, argv)) return 0;
+  if (args.has("--ids") == args.has("--prompt")) throw cli::UsageError("give exactly one of --prompt TEXT or --ids 1,2,3");
+  if (args.has("--chat") && !args.has("--prompt")) throw cli::UsageError("--chat needs --prompt");
+  if ((args.has("--system") || args.has("--think")) && !args.has("--chat")) throw cli::UsageError("--system and --think need --chat");
+
+  const auto checkpoint = cli::Checkpoint::load(cli::model_dir(args));
+  const auto& model = checkpoint.model;
+  minimind::GenerationConfig config = checkpoint.generation;
+  config.max_new_tokens = args.int_or("--max-new-tokens", config.max_new_tokens);
+  if (auto t = args.number("--temperature")) config.sampling.temperature = static_cast<float>(*t);
+  config.sampling.top_k = args.int_or("--top-k", config.sampling.top_k);
+  if (auto p = args.number("--top-p")) config.sampling.top_p = static_cast<float>(*p);
+  if (auto p = args.number("--min-p")) config.sampling.min_p = static_cast<float>(*p);
+  if (auto r = args.number("--repetition-penalty")) config.sampling.repetition_penalty = static_cast<float>(*r);
+  const int64_t seed = args.int_or("--seed", static_cast<int64_t>(config.sampling.seed));
+  if (seed < 0) throw cli::UsageError("--seed must not be negative");
+  config.sampling.seed = static_cast<uint64_t>(seed);
+  config.ignore_eos = args.has("--ignore-eos");
+  config.validate();
+
+  std::vector<int32_t> prompt;
+  if (auto ids = args.get("--ids")) {
+    prompt = cli::parse_ids(*ids, "--ids");
+  } else {
+    const auto& tokenizer = checkpoint.require_tokenizer();
+    std::string text = *args.get("--prompt");
+    if (args.has("--chat")) {
+      const minimind::ChatTemplate chat_template(tokenizer.chat_template());
+      std::vector<minimind::ChatMessage> messages;
+      if (auto system = args.get("--system")) messages.emplace_back("system", *system);
+      messages.emplace_back("user", text);
+      minimind::ChatOptions options;
+      options.add_generation_prompt = true;
+      if (args.has("--think")) options.open_thinking = true;
+      text = chat_template.render(messages, options);
+    }
+    prompt = tokenizer.encode(text);
+  }
+  if (prompt.empty()) throw cli::UsageError("the prompt encodes to no tokens");
+  const int64_t max_context = model.config().max_position_embeddings;
+  if (static_cast<int64_t>(prompt.size()) >= max_context) {
+    throw cli::UsageError("the prompt has " + std::to_string(prompt.size()) + " tokens; the model's context is " +
+                          std::to_string(max_context));
+  }
+  const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, static_cast<int64_t>(prompt.size()) + std::max<int64_t>(config.max_new_tokens, 1)));
+  if (context < 1 || context > max_context) throw cli::UsageError("--ctx must be in [1, " + std::to_string(max_context) + "]");
+  auto session = model.new_session(context);
+
+  minimind::GenerationResult result;
+  if (args.has("--print-ids") || !checkpoint.tokenizer) {
+    result = minimind::generate(model, session, prompt, config);
+    std::string line;
+    for (size_t i = 0; i < result.ids.size(); ++i) {
+      if (i) line += ',';
+      line += std::to_string(result.ids[i]);
+    }
+    std::printf("%s\n", line.c_str());
+  } else {
+    result = minimind::generate_text(model, *checkpoint.tokenizer, session, prompt, config, [](std::string_view text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    });
+    std::printf("\n");
+  }
+  if (result.stop == minimind::StopReason::ContextFull) {
+    std::fprintf(stderr, "minimind-generate: stopped: the context of %lld tokens is full (raise --ctx)\n",
+                 static_cast<long long>(session.context()));
+  }
+  std::fprintf(stderr, "prompt tokens %lld, generated tokens %zu, prefill %.1f tokens/s, decode %.1f tokens/s, stop: %s\n",
+               static_cast<long long>(result.prompt_tokens), result.ids.size(), result.prefill_tokens_per_second(),
+               result.decode_tokens_per_second(), minimind::to_string(result.stop));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return cli::run("minimind-generate", [&] { return run(argc, argv); });
+}

@@ -1,0 +1,130 @@
+// The example programs as a user runs them: outputs, formats, and one-line errors.
+#include <doctest/doctest.h>
+#include <minimind/minimind.hpp>
+
+#include "golden.hpp"
+#include "test_support.hpp"
+
+#include <nlohmann/json.hpp>
+
+using namespace minimind;
+using namespace minimind::testing;
+
+namespace {
+const std::string demo = (source_dir() / "examples" / "models" / "demo").string();
+const std::string golden_case = (data_dir() / "golden" / "mm3-dense").string();
+
+std::string join(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+// An error is one line "<program>: error: ..." on stderr and a non-zero exit.
+void check_error(const CommandResult& r, const std::string& program_name, const std::string& needle) {
+  CAPTURE(r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.rfind(program_name + ": error: ", 0) == 0);
+  CHECK(r.err.find(needle) != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+}  // namespace
+
+TEST_CASE("minimind-next ranks 很 first after 今天天气 on the demo model (the README's first command)") {
+  const auto r = run_command(program("minimind-next") + " --prompt 今天天气");
+  REQUIRE(r.exit_code == 0);
+  const auto first_row = r.out.substr(r.out.find('\n') + 1);
+  CHECK(first_row.rfind("1 ", 0) == 0);
+  CHECK(first_row.substr(0, first_row.find('\n')).find("\"很\"") != std::string::npos);
+}
+
+TEST_CASE("minimind-next: --ids, --top, --json and --logits-out agree with the reference") {
+  const auto golden = read_golden_case(golden_case);
+  const auto& prompt = golden.prompts[0];
+  const auto out_file = scratch_dir("next_logits") / "logits.f32";
+  const auto r = run_command(program("minimind-next") + " --model " + golden_case + " --ids " + join(prompt.ids) +
+                             " --top 3 --json --logits-out " + out_file.string());
+  REQUIRE(r.exit_code == 0);
+  const auto json = nlohmann::json::parse(r.out);
+  REQUIRE(json.at("top").size() == 3);
+  std::vector<size_t> order(prompt.last_logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prompt.last_logits[a] > prompt.last_logits[b]; });
+  for (size_t i = 0; i < 3; ++i) CHECK(json["top"][i]["id"].get<size_t>() == order[i]);
+  CHECK(json["top"][0]["probability"].get<double>() > json["top"][1]["probability"].get<double>());
+
+  const std::string bytes = read_file(out_file);
+  REQUIRE(bytes.size() == prompt.last_logits.size() * 4);
+  std::vector<float> logits(prompt.last_logits.size());
+  std::memcpy(logits.data(), bytes.data(), bytes.size());
+  for (size_t j = 0; j < logits.size(); ++j) CHECK(std::abs(logits[j] - prompt.last_logits[j]) < golden.tolerance);
+}
+
+TEST_CASE("minimind-next --info reports the shape and the parameter count, tied counted once") {
+  const auto r = run_command(program("minimind-next") + " --model " + golden_case + " --info");
+  REQUIRE(r.exit_code == 0);
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(golden_case);
+  CHECK(r.out.find("Qwen3ForCausalLM") != std::string::npos);
+  CHECK(r.out.find(std::to_string(model.num_parameters())) != std::string::npos);
+  CHECK(r.out.find("tied") != std::string::npos);
+}
+
+TEST_CASE("minimind-generate --print-ids gives the reference greedy ids") {
+  const auto golden = read_golden_case(golden_case);
+  for (const auto& prompt : golden.prompts) {
+    const auto r = run_command(program("minimind-generate") + " --model " + golden_case + " --ids " + join(prompt.ids) +
+                               " --temperature 0 --ignore-eos --print-ids --max-new-tokens " +
+                               std::to_string(prompt.greedy_ids.size()));
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out == join(prompt.greedy_ids) + "\n");
+    CHECK(r.err.find("prompt tokens " + std::to_string(prompt.ids.size())) != std::string::npos);
+    CHECK(r.err.find("decode") != std::string::npos);
+  }
+}
+
+TEST_CASE("minimind-generate on the demo model says what it learned, as a chat too") {
+  auto r = run_command(program("minimind-generate") + " --prompt 小明家养了一只 --temperature 0");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == "猫，它喜欢吃鱼。\n");
+  CHECK(r.err.find("stop: eos") != std::string::npos);
+  r = run_command(program("minimind-generate") + " --prompt 你好 --chat --system hi --max-new-tokens 4 --seed 3");
+  CHECK(r.exit_code == 0);
+}
+
+TEST_CASE("minimind-chat runs a piped conversation with /reset and ends at EOF") {
+  const auto r = run_command(program("minimind-chat") + " --temperature 0 --max-new-tokens 12", "今天天气\n/reset\n这块石头\n");
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 2);  // one line per reply
+  const auto again = run_command(program("minimind-chat") + " --temperature 0 --max-new-tokens 12", "这块石头\n/exit\n今天天气\n");
+  CHECK(again.exit_code == 0);
+  CHECK(again.out == r.out.substr(r.out.find('\n') + 1));  // after /reset the second reply is as if first
+}
+
+TEST_CASE("every program has --help") {
+  for (const char* name : {"minimind-next", "minimind-generate", "minimind-chat"}) {
+    const auto r = run_command(program(name) + " --help");
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("--model") != std::string::npos);
+  }
+}
+
+TEST_CASE("bad flags and values are one-line errors") {
+  check_error(run_command(program("minimind-next") + " --frobnicate"), "minimind-next", "unknown flag --frobnicate");
+  check_error(run_command(program("minimind-next") + " --ids"), "minimind-next", "--ids needs a value");
+  check_error(run_command(program("minimind-next") + " --ids 1,x"), "minimind-next", "is not an integer");
+  check_error(run_command(program("minimind-next") + " --ids 99999"), "minimind-next", "token id 99999 is outside the vocabulary");
+  check_error(run_command(program("minimind-next") + " --model /nonexistent --ids 1"), "minimind-next", "/nonexistent");
+  check_error(run_command(program("minimind-next") + " --top 0 --ids 1"), "minimind-next", "--top");
+  const std::string gen = program("minimind-generate");
+  check_error(run_command(gen + " --prompt hi --max-new-tokens -1"), "minimind-generate", "max_new_tokens must be >= 0");
+  check_error(run_command(gen + " --prompt hi --temperature -0.5"), "minimind-generate", "temperature must be >= 0");
+  check_error(run_command(gen + " --prompt hi --top-p 0"), "minimind-generate", "top_p must be in (0, 1]");
+  check_error(run_command(gen + " --prompt hi --top-p 1.5"), "minimind-generate", "top_p must be in (0, 1]");
+  check_error(run_command(gen + " --prompt hi --temperature warm"), "minimind-generate", "is not a number");
+  check_error(run_command(gen), "minimind-generate", "--prompt");
+  std::string long_prompt;
+  for (int i = 0; i < 600; ++i) long_prompt += "猫";
+  check_error(run_command(gen + " --prompt " + long_prompt), "minimind-generate", "context");
+  check_error(run_command(program("minimind-chat") + " --ctx 0"), "minimind-chat", "--ctx");
+}

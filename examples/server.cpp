@@ -1,0 +1,717 @@
+// minimind-server: an OpenAI-compatible HTTP API over one loaded model.
+//
+// The model is const and shared; each of --slots sessions (its own KV cache) serves one request at
+// a time. A request that finds every slot busy waits in a bounded FIFO queue; past --queue it gets
+// 503 at once. Generation runs on the HTTP connection's own thread, so a streamed reply notices a
+// closed connection at its next token and frees the slot. SIGINT/SIGTERM: stop accepting, answer
+// waiting requests with 503, cut running generations short at their next token, exit 0.
+#include "cli.hpp"
+
+#include <httplib.h>
+
+#include <pthread.h>
+#include <sys/socket.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+namespace {
+
+using Json = nlohmann::json;
+using Model = minimind::MiniMindForCausalLM<float>;
+using Session = minimind::Session<float>;
+
+// ---- Errors in the OpenAI shape: {"error": {"message", "type", "param", "code"}} ----
+
+struct ApiError : std::runtime_error {
+  ApiError(int status_, const std::string& message, std::string type_ = "invalid_request_error",
+           std::optional<std::string> param_ = std::nullopt, std::optional<std::string> code_ = std::nullopt)
+      : std::runtime_error(message), status(status_), type(std::move(type_)), param(std::move(param_)), code(std::move(code_)) {}
+  int status;
+  std::string type;
+  std::optional<std::string> param, code;
+};
+
+ApiError bad_param(const std::string& param, const std::string& message) { return ApiError(400, message, "invalid_request_error", param); }
+
+Json error_json(const ApiError& e) {
+  return {{"error",
+           {{"message", e.what()},
+            {"type", e.type},
+            {"param", e.param ? Json(*e.param) : Json(nullptr)},
+            {"code", e.code ? Json(*e.code) : Json(nullptr)}}}};
+}
+
+// Generated text is valid UTF-8, but echoed request strings need not be; never throw on output.
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+void send_json(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_json(e)); }
+
+// ---- Request fields ----
+
+// The library's typed field reader, with its message turned into a 400 naming the parameter.
+template <class T>
+std::optional<T> field(const Json& body, const std::string& key) {
+  try {
+    return minimind::io::optional_field<T>(body, key, "request");
+  } catch (const minimind::Error& e) {
+    throw bad_param(key, e.what());
+  }
+}
+
+// One generation to run: the prompt ids and how to continue them.
+struct Job {
+  std::vector<int32_t> prompt;
+  minimind::GenerationConfig config;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a final chunk with only usage
+};
+
+// The sampling and length fields both endpoints share, over the checkpoint's defaults.
+Job parse_job(const Json& body, std::vector<int32_t> prompt, const minimind::GenerationConfig& defaults, minimind::Index context,
+              int64_t vocab) {
+  Job job;
+  job.config = defaults;
+  auto& sampling = job.config.sampling;
+  // SamplingParams::validate words the range rules; each field is checked as it is set so the
+  // error can name it.
+  auto check = [&](const char* param) {
+    try {
+      sampling.validate();
+    } catch (const minimind::Error& e) {
+      throw bad_param(param, e.what());
+    }
+  };
+  if (auto t = field<double>(body, "temperature")) sampling.temperature = static_cast<float>(*t), check("temperature");
+  if (auto p = field<double>(body, "top_p")) sampling.top_p = static_cast<float>(*p), check("top_p");
+  if (auto k = field<int64_t>(body, "top_k")) sampling.top_k = *k, check("top_k");
+  if (auto p = field<double>(body, "min_p")) sampling.min_p = static_cast<float>(*p), check("min_p");
+  if (auto r = field<double>(body, "repetition_penalty")) sampling.repetition_penalty = static_cast<float>(*r), check("repetition_penalty");
+  // Without a seed every request samples differently, as with OpenAI's API.
+  if (auto seed = field<int64_t>(body, "seed")) {
+    sampling.seed = static_cast<uint64_t>(*seed);
+  } else {
+    std::random_device device;
+    sampling.seed = (static_cast<uint64_t>(device()) << 32) | device();
+  }
+  if (auto n = field<int64_t>(body, "n"); n && *n != 1) throw bad_param("n", "only n = 1 is supported, got " + std::to_string(*n));
+  job.config.ignore_eos = field<bool>(body, "ignore_eos").value_or(false);
+  job.stream = field<bool>(body, "stream").value_or(false);
+  if (auto options = body.find("stream_options"); options != body.end() && !options->is_null()) {
+    if (!options->is_object()) throw bad_param("stream_options", "stream_options must be an object");
+    job.include_usage = field<bool>(*options, "include_usage").value_or(false);
+  }
+
+  if (auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
+    if (stop->is_string()) {
+      job.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array() && stop->size() <= 4) {
+      for (const auto& s : *stop) {
+        if (!s.is_string()) throw bad_param("stop", "stop must be a string or an array of at most 4 strings");
+        job.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      throw bad_param("stop", "stop must be a string or an array of at most 4 strings");
+    }
+    for (const auto& s : job.stop)
+      if (s.empty()) throw bad_param("stop", "stop strings must not be empty");
+  }
+
+  for (int32_t id : prompt)
+    if (id < 0 || id >= vocab) throw bad_param("prompt", "token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab));
+  if (prompt.empty()) throw bad_param("prompt", "the prompt encodes to no tokens");
+  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
+  const std::string context_text = std::to_string(context) + " tokens (--ctx)";
+  if (prompt_tokens >= context) {
+    throw ApiError(400, "the prompt has " + std::to_string(prompt_tokens) + " tokens, but the context is " + context_text,
+                   "invalid_request_error", body.contains("messages") ? "messages" : "prompt", "context_length_exceeded");
+  }
+  // max_completion_tokens is the newer name; either may be sent.
+  const char* max_name = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (auto max = field<int64_t>(body, max_name)) {
+    if (*max < 1) throw bad_param(max_name, std::string(max_name) + " must be >= 1, got " + std::to_string(*max));
+    if (prompt_tokens + *max > context) {
+      throw ApiError(400,
+                     "the context is " + context_text + ", but " + std::to_string(prompt_tokens) + " prompt tokens and " +
+                         max_name + " " + std::to_string(*max) + " need " + std::to_string(prompt_tokens + *max),
+                     "invalid_request_error", max_name, "context_length_exceeded");
+    }
+    job.config.max_new_tokens = *max;
+  } else {
+    job.config.max_new_tokens = std::min<int64_t>(job.config.max_new_tokens, context - prompt_tokens);
+  }
+  job.prompt = std::move(prompt);
+  return job;
+}
+
+std::vector<minimind::ChatMessage> parse_messages(const Json& body) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) throw bad_param("messages", "messages is required");
+  if (!it->is_array() || it->empty()) throw bad_param("messages", "messages must be a non-empty array");
+  std::vector<minimind::ChatMessage> messages;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& m = (*it)[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw bad_param(at, at + " must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) throw bad_param(at + ".role", at + ".role must be a string");
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";  // OpenAI's newer name for the system role
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
+      throw bad_param(at + ".role", at + ".role \"" + r + "\" is not one of system, developer, user, assistant, tool");
+    }
+    std::string content;
+    auto c = m.find("content");
+    if (c == m.end() || c->is_null()) {
+      if (r != "assistant") throw bad_param(at + ".content", at + ".content is required");
+    } else if (c->is_string()) {
+      content = c->get<std::string>();
+    } else if (c->is_array()) {
+      // Content parts: only text can reach a text model.
+      for (const auto& part : *c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+          throw bad_param(at + ".content", at + ".content parts must be {\"type\": \"text\", \"text\": string}");
+        }
+        content += part["text"].get<std::string>();
+      }
+    } else {
+      throw bad_param(at + ".content", at + ".content must be a string or an array of text parts");
+    }
+    messages.emplace_back(r, std::move(content));
+  }
+  return messages;
+}
+
+// /v1/completions: a string, one string in an array, or an array of token ids.
+std::vector<int32_t> parse_prompt(const Json& body, const minimind::Tokenizer& tokenizer) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) throw bad_param("prompt", "prompt is required");
+  if (it->is_string()) return tokenizer.encode(it->get<std::string>());
+  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return tokenizer.encode((*it)[0].get<std::string>());
+  if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const Json& v) { return v.is_number_integer(); })) {
+    std::vector<int32_t> ids;
+    for (const auto& v : *it) {
+      const auto id = v.get<int64_t>();
+      if (id < INT32_MIN || id > INT32_MAX) throw bad_param("prompt", "token id " + std::to_string(id) + " is out of range");
+      ids.push_back(static_cast<int32_t>(id));
+    }
+    return ids;
+  }
+  throw bad_param("prompt", "prompt must be a string, an array of one string, or an array of token ids");
+}
+
+Json parse_body(const httplib::Request& req) {
+  Json body;
+  try {
+    body = Json::parse(req.body);
+  } catch (const Json::parse_error& e) {
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return body;
+}
+
+// ---- Stop strings ----
+
+// Releases generated text as it comes, holding back a tail that could still grow into a stop
+// string; when one appears, it and everything after it are dropped.
+class StopFilter {
+ public:
+  explicit StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+
+  std::string push(std::string_view piece) {
+    pending_ += piece;
+    size_t first = std::string::npos;
+    for (const auto& s : stops_) first = std::min(first, pending_.find(s));
+    if (first != std::string::npos) {
+      stopped_ = true;
+      std::string out = pending_.substr(0, first);
+      pending_.clear();
+      return out;
+    }
+    // The longest suffix that is a proper prefix of some stop string may still become one.
+    size_t hold = 0;
+    for (const auto& s : stops_) {
+      for (size_t k = std::min(s.size() - 1, pending_.size()); k > hold; --k) {
+        if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) {
+          hold = k;
+          break;
+        }
+      }
+    }
+    std::string out = pending_.substr(0, pending_.size() - hold);
+    pending_.erase(0, pending_.size() - hold);
+    return out;
+  }
+  // At the end of generation the held tail is text like any other.
+  std::string finish() { return std::exchange(pending_, {}); }
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;
+  bool stopped_ = false;
+};
+
+// ---- Slots: sessions over the shared model, and the bounded queue in front of them ----
+
+class Slots {
+ public:
+  Slots(const Model& model, int count, minimind::Index context, size_t max_queue) : max_queue_(max_queue) {
+    for (int i = 0; i < count; ++i) sessions_.push_back(model.new_session(context));
+    busy_.assign(sessions_.size(), false);
+  }
+
+  // A slot held by one request; released when the request is done with it (or destroyed).
+  class Lease {
+   public:
+    Lease(Slots& owner, size_t index) : owner_(&owner), index_(index) {}
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { release(); }
+    Session& session() { return owner_->sessions_[index_]; }
+    void release() {
+      if (owner_) std::exchange(owner_, nullptr)->release(index_);
+    }
+
+   private:
+    Slots* owner_;
+    size_t index_;
+  };
+
+  // Takes a free slot, or waits in FIFO order behind earlier requests; 503 when the queue is full
+  // or the server is stopping.
+  std::shared_ptr<Lease> acquire() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stopping_) throw shutting_down();
+    if (waiting_.empty())
+      if (auto i = free_slot()) return take(*i);
+    if (waiting_.size() >= max_queue_) {
+      throw ApiError(503,
+                     "the server is busy: all " + std::to_string(sessions_.size()) + " slots are in use and " +
+                         std::to_string(waiting_.size()) + " requests are waiting (--queue " + std::to_string(max_queue_) +
+                         "); retry later",
+                     "server_error", std::nullopt, "server_overloaded");
+    }
+    const uint64_t ticket = next_ticket_++;
+    waiting_.push_back(ticket);
+    changed_.wait(lock, [&] { return stopping_ || (waiting_.front() == ticket && free_slot()); });
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), ticket));
+    changed_.notify_all();  // the next in line may find a slot too
+    if (stopping_) throw shutting_down();
+    return take(*free_slot());
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+  }
+  bool stopping() const { return stopping_; }
+
+  struct Status {
+    size_t total, idle, queued;
+  };
+  Status status() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {sessions_.size(), static_cast<size_t>(std::count(busy_.begin(), busy_.end(), false)), waiting_.size()};
+  }
+
+  static ApiError shutting_down() { return ApiError(503, "the server is shutting down", "server_error", std::nullopt, "shutting_down"); }
+
+ private:
+  std::optional<size_t> free_slot() const {
+    auto it = std::find(busy_.begin(), busy_.end(), false);
+    return it == busy_.end() ? std::nullopt : std::optional<size_t>(static_cast<size_t>(it - busy_.begin()));
+  }
+  std::shared_ptr<Lease> take(size_t i) {
+    busy_[i] = true;
+    sessions_[i].reset();
+    return std::make_shared<Lease>(*this, i);
+  }
+  void release(size_t i) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_[i] = false;
+    }
+    changed_.notify_all();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Session> sessions_;
+  std::vector<bool> busy_;
+  std::deque<uint64_t> waiting_;  // tickets in arrival order
+  uint64_t next_ticket_ = 0;
+  size_t max_queue_;
+  std::atomic<bool> stopping_{false};
+};
+
+// ---- The server ----
+
+enum class Kind { Chat, Completion };
+
+struct Outcome {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::string finish_reason;  // "stop" or "length"; empty when cut short
+  bool disconnected = false, cancelled = false;
+};
+
+class Server {
+ public:
+  Server(const cli::Checkpoint& checkpoint, std::string model_id, int slots, minimind::Index context, size_t max_queue)
+      : checkpoint_(checkpoint),
+        tokenizer_(checkpoint.require_tokenizer()),
+        template_(tokenizer_.chat_template()),
+        model_id_(std::move(model_id)),
+        context_(context),
+        slots_(checkpoint.model, slots, context, max_queue),
+        created_(std::time(nullptr)) {}
+
+  void install(httplib::Server& http) {
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      const auto s = slots_.status();
+      send_json(res, slots_.stopping() ? 503 : 200,
+                {{"status", slots_.stopping() ? "stopping" : "ok"}, {"slots_total", s.total}, {"slots_idle", s.idle}, {"queued", s.queued}});
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200, {{"object", "list"}, {"data", Json::array({model_json()})}});
+    });
+    http.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.matches[1] == model_id_) return send_json(res, 200, model_json());
+      send_error(res, ApiError(404, "the model \"" + req.matches[1].str() + "\" does not exist; this server has \"" + model_id_ + "\"",
+                               "invalid_request_error", "model", "model_not_found"));
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(Kind::Chat, req, res); });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(Kind::Completion, req, res); });
+  }
+
+  Slots& slots() { return slots_; }
+
+ private:
+  Json model_json() const { return {{"id", model_id_}, {"object", "model"}, {"created", created_}, {"owned_by", "minimind"}}; }
+
+  void handle(Kind kind, const httplib::Request& req, httplib::Response& res) {
+    try {
+      const Json body = parse_body(req);
+      std::vector<int32_t> prompt;
+      if (kind == Kind::Chat) {
+        minimind::ChatOptions options;
+        options.add_generation_prompt = true;
+        prompt = tokenizer_.encode(template_.render(parse_messages(body), options));
+      } else {
+        prompt = parse_prompt(body, tokenizer_);
+      }
+      auto job = std::make_shared<Job>(parse_job(body, std::move(prompt), checkpoint_.generation, context_, checkpoint_.model.config().vocab_size));
+      auto lease = slots_.acquire();  // may wait in the queue, or throw 503
+      const std::string id = new_id(kind);
+      const auto created = static_cast<int64_t>(std::time(nullptr));
+      if (job->stream) return stream(kind, job, lease, id, created, res);
+
+      std::string text;
+      const Outcome outcome = run(*job, lease->session(), [&](std::string_view piece) {
+        text += piece;
+        return true;
+      });
+      lease->release();
+      log(kind, outcome);
+      if (outcome.cancelled) throw Slots::shutting_down();
+      Json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", outcome.finish_reason}};
+      if (kind == Kind::Chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+      else choice["text"] = text;
+      send_json(res, 200,
+                {{"id", id},
+                 {"object", kind == Kind::Chat ? "chat.completion" : "text_completion"},
+                 {"created", created},
+                 {"model", model_id_},
+                 {"choices", Json::array({choice})},
+                 {"usage", usage(outcome)}});
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, e.what(), "server_error"));
+    }
+  }
+
+  // Server-sent events: one `data: {chunk}` per piece of text, then a chunk with finish_reason
+  // and usage, then `data: [DONE]`. Headers are already sent when generation starts, so a failure
+  // after that is reported as an error event.
+  void stream(Kind kind, std::shared_ptr<Job> job, std::shared_ptr<Slots::Lease> lease, std::string id, int64_t created,
+              httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, kind, job, lease, id, created](size_t, httplib::DataSink& sink) {
+          auto event = [&](const Json& data) {
+            const std::string line = "data: " + dump(data) + "\n\n";
+            return sink.write(line.data(), line.size());
+          };
+          auto chunk = [&](const Json& choice_fields, const Json& finish_reason) {
+            Json choice = choice_fields;
+            choice["index"] = 0;
+            choice["logprobs"] = nullptr;
+            choice["finish_reason"] = finish_reason;
+            return Json{{"id", id},
+                        {"object", kind == Kind::Chat ? "chat.completion.chunk" : "text_completion"},
+                        {"created", created},
+                        {"model", model_id_},
+                        {"choices", Json::array({choice})}};
+          };
+          auto text_fields = [&](std::string_view text) {
+            return kind == Kind::Chat ? Json{{"delta", {{"content", text}}}} : Json{{"text", text}};
+          };
+          Outcome outcome;
+          try {
+            if (kind == Kind::Chat && !event(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr))) {
+              outcome.disconnected = true;
+            } else {
+              outcome = run(*job, lease->session(), [&](std::string_view piece) { return event(chunk(text_fields(piece), nullptr)); });
+            }
+            lease->release();
+            if (outcome.cancelled) {
+              event(error_json(Slots::shutting_down()));
+            } else if (!outcome.disconnected) {
+              Json last = chunk(kind == Kind::Chat ? Json{{"delta", Json::object()}} : Json{{"text", ""}}, outcome.finish_reason);
+              last["usage"] = usage(outcome);
+              event(last);
+              if (job->include_usage) {
+                Json usage_only = chunk(Json::object(), nullptr);
+                usage_only["choices"] = Json::array();
+                usage_only["usage"] = usage(outcome);
+                event(usage_only);
+              }
+            }
+          } catch (const std::exception& e) {
+            lease->release();
+            event(error_json(ApiError(500, e.what(), "server_error")));
+          }
+          log(kind, outcome);
+          if (!outcome.disconnected) {
+            static const std::string done = "data: [DONE]\n\n";
+            sink.write(done.data(), done.size());
+          }
+          sink.done();
+          return true;
+        });
+  }
+
+  // Generates for `job` on `session`, passing text to `emit` (false: the client is gone).
+  Outcome run(const Job& job, Session& session, const std::function<bool(std::string_view)>& emit) {
+    Outcome outcome;
+    StopFilter filter(job.stop);
+    auto deliver = [&](std::string_view text) {
+      if (text.empty() || emit(text)) return true;
+      outcome.disconnected = true;
+      return false;
+    };
+    const auto result = minimind::generate_text(checkpoint_.model, tokenizer_, session, job.prompt, job.config, [&](std::string_view piece) {
+      if (slots_.stopping()) {
+        outcome.cancelled = true;
+        return false;
+      }
+      return deliver(filter.push(piece)) && !filter.stopped();
+    });
+    if (!outcome.disconnected && !outcome.cancelled && !filter.stopped()) deliver(filter.finish());
+    outcome.prompt_tokens = result.prompt_tokens;
+    // The eos id that ended the reply is not part of it.
+    outcome.completion_tokens =
+        static_cast<int64_t>(result.ids.size()) - (result.stop == minimind::StopReason::EndOfSequence ? 1 : 0);
+    if (filter.stopped() || result.stop == minimind::StopReason::EndOfSequence) outcome.finish_reason = "stop";
+    else if (result.stop != minimind::StopReason::Callback) outcome.finish_reason = "length";
+    return outcome;
+  }
+
+  static Json usage(const Outcome& o) {
+    return {{"prompt_tokens", o.prompt_tokens}, {"completion_tokens", o.completion_tokens}, {"total_tokens", o.prompt_tokens + o.completion_tokens}};
+  }
+
+  std::string new_id(Kind kind) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(next_id_.fetch_add(1) ^ (created_ << 20)));
+    return (kind == Kind::Chat ? "chatcmpl-" : "cmpl-") + std::string(hex);
+  }
+
+  void log(Kind kind, const Outcome& o) const {
+    const char* end = o.disconnected ? "client disconnected" : o.cancelled ? "cancelled (shutting down)" : o.finish_reason.c_str();
+    std::fprintf(stderr, "minimind-server: %s: prompt %lld tokens, completion %lld tokens, finish: %s\n",
+                 kind == Kind::Chat ? "chat" : "completion", static_cast<long long>(o.prompt_tokens),
+                 static_cast<long long>(o.completion_tokens), end);
+  }
+
+  const cli::Checkpoint& checkpoint_;
+  const minimind::Tokenizer& tokenizer_;
+  const minimind::ChatTemplate template_;
+  const std::string model_id_;
+  const minimind::Index context_;
+  Slots slots_;
+  const int64_t created_;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+// --threads sets the model's forward-pass pool. The pool is new in the library (LoadOptions);
+// with a library that has none, a forward pass runs on the calling thread and only 0 or 1 fit.
+template <class M>
+void set_forward_threads(M& model, int64_t threads) {
+  if constexpr (requires { model.set_threads(1); }) {
+    model.set_threads(static_cast<int>(threads));
+  } else if (threads > 1) {
+    throw cli::UsageError("--threads " + std::to_string(threads) + ": this build of the library runs a forward pass on one thread");
+  }
+}
+template <class M>
+int forward_threads(const M& model) {
+  if constexpr (requires { model.threads(); }) return model.threads();
+  else return 1;
+}
+
+// httplib's own errors (unknown path, oversized body, unparsable HTTP) get an OpenAI-style body;
+// responses the handlers already filled are left alone.
+httplib::Server::HandlerResponse fill_error(const httplib::Request& req, httplib::Response& res, size_t max_body) {
+  if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+  std::string message, code;
+  switch (res.status) {
+    case 404: message = "Invalid URL (" + req.method + " " + req.path + ")", code = "not_found"; break;
+    case 413: message = "the request body is larger than the limit of " + std::to_string(max_body) + " bytes (--max-body)", code = "request_too_large"; break;
+    case 400: message = "malformed HTTP request"; break;
+    default: message = "HTTP error " + std::to_string(res.status);
+  }
+  send_error(res, ApiError(res.status, message, "invalid_request_error", std::nullopt, code.empty() ? std::nullopt : std::optional(code)));
+  return httplib::Server::HandlerResponse::Handled;
+}
+
+int run(int argc, char** argv) {
+  // Block the stop signals in every thread (all are started after this); one thread takes them
+  // with sigwait, where stopping the server is safe.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a closed connection is a failed write, not a dead process
+
+  cli::Args args("minimind-server", "an OpenAI-compatible HTTP server (chat/completions, completions, models, health)");
+  cli::model_flag(args)
+      .value("--host", "address to listen on (default 127.0.0.1)")
+      .value("--port", "port to listen on; 0 picks a free one (default 8080)")
+      .value("--threads", "threads per forward pass (default: one per core)")
+      .value("--slots", "requests generated at once, each with its own KV cache (default 4)")
+      .value("--queue", "requests that may wait for a slot; more get 503 (default 16)")
+      .value("--ctx", "context length of each slot in tokens (default: max_position_embeddings, at most 4096)")
+      .value("--max-body", "largest request body in bytes; larger gets 413 (default 1048576)");
+  if (!args.parse(argc, argv)) return 0;
+  const std::string host = args.get_or("--host", "127.0.0.1");
+  const int64_t port = args.int_or("--port", 8080);
+  if (port < 0 || port > 65535) throw cli::UsageError("--port must be in [0, 65535]");
+  const int64_t slots = args.int_or("--slots", 4);
+  if (slots < 1 || slots > 1024) throw cli::UsageError("--slots must be in [1, 1024]");
+  const int64_t queue = args.int_or("--queue", 16);
+  if (queue < 0 || queue > 4096) throw cli::UsageError("--queue must be in [0, 4096]");
+  const int64_t max_body = args.int_or("--max-body", 1 << 20);
+  if (max_body < 1) throw cli::UsageError("--max-body must be >= 1");
+  const int64_t threads = args.int_or("--threads", 0);
+  if (threads < 0) throw cli::UsageError("--threads must be >= 0 (0 = one per core)");
+
+  const auto dir = cli::model_dir(args);
+  auto checkpoint = cli::Checkpoint::load(dir);
+  set_forward_threads(checkpoint.model, threads);
+  const int64_t max_context = checkpoint.model.config().max_position_embeddings;
+  const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, 4096));
+  if (context < 2 || context > max_context) throw cli::UsageError("--ctx must be in [2, " + std::to_string(max_context) + "]");
+  std::string model_id = std::filesystem::weakly_canonical(dir).filename().string();
+  if (model_id.empty()) model_id = "minimind";
+
+  Server server(checkpoint, model_id, static_cast<int>(slots), context, static_cast<size_t>(queue));
+  httplib::Server http;
+  // Every admitted request holds a connection thread while it waits or runs; the spare ones
+  // answer /health, /v1/models and 503s at once, and carry idle keep-alive connections.
+  const size_t http_threads = static_cast<size_t>(slots + queue) + 32;
+  http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
+  http.set_payload_max_length(static_cast<size_t>(max_body));
+  http.set_keep_alive_max_count(100);
+  // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and take
+  // half its connections; SO_REUSEADDR alone still allows a quick restart.
+  http.set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  http.set_error_handler(httplib::Server::HandlerWithResponse([max_body](const httplib::Request& req, httplib::Response& res) {
+    return fill_error(req, res, static_cast<size_t>(max_body));
+  }));
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string message = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError(500, message, "server_error"));
+  });
+  // Browser chat front ends call from another origin.
+  http.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
+  http.Options(".*", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+  });
+  server.install(http);
+
+  int bound = static_cast<int>(port);
+  if (port == 0) {
+    bound = http.bind_to_any_port(host);
+    if (bound < 0) throw minimind::Error("cannot listen on " + host + " (any port)");
+  } else if (!http.bind_to_port(host, bound)) {
+    throw minimind::Error("cannot listen on " + host + ":" + std::to_string(bound) + " (in use, or not an address of this machine)");
+  }
+  std::fprintf(stderr, "minimind-server: model %s (%s), %lld slots x %lld tokens of context, queue %lld, %d threads per forward pass\n",
+               model_id.c_str(), dir.string().c_str(), static_cast<long long>(slots), static_cast<long long>(context),
+               static_cast<long long>(queue), forward_threads(checkpoint.model));
+  const bool ipv6 = host.find(':') != std::string::npos;
+  std::printf("minimind-server: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", host.c_str(), ipv6 ? "]" : "", bound);
+  std::fflush(stdout);
+
+  std::atomic<bool> signalled{false}, exiting{false};
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (exiting) return;
+    signalled = true;
+    std::fprintf(stderr, "minimind-server: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    server.slots().stop();  // waiting requests get 503, running ones stop at their next token
+    http.stop();
+  });
+  http.listen_after_bind();
+  if (!signalled) {
+    // listen ended without a signal (the socket failed): wake the signal thread so it can end.
+    exiting = true;
+    pthread_kill(signal_thread.native_handle(), SIGTERM);
+  }
+  signal_thread.join();
+  if (!signalled) throw minimind::Error("the server stopped unexpectedly");
+  std::fprintf(stderr, "minimind-server: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return cli::run("minimind-server", [&] { return run(argc, argv); });
+}

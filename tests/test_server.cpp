@@ -1,0 +1,604 @@
+// minimind-server as a client sees it: started on a free loopback port, driven over HTTP with
+// cpp-httplib's client. Replies are checked against the library run in this process, so a reply
+// that is well formed but wrong fails too.
+#include <doctest/doctest.h>
+#include <minimind/minimind.hpp>
+
+#include "checkpoint_writer.hpp"
+#include "test_support.hpp"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+using namespace minimind;
+using namespace minimind::testing;
+using Json = nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::filesystem::path demo_dir = source_dir() / "examples" / "models" / "demo";
+
+// A minimind-server child process; stdout is read for the port, stderr goes to a log file.
+class ServerProcess {
+ public:
+  ServerProcess(const std::string& name, const std::vector<std::string>& flags) : log_(scratch_dir("server_" + name) / "stderr.log") {
+    int out[2];
+    REQUIRE(::pipe(out) == 0);
+    const std::string binary = program("minimind-server");
+    std::vector<std::string> argv_strings = {binary, "--port", "0"};
+    argv_strings.insert(argv_strings.end(), flags.begin(), flags.end());
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      const int err = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err, STDERR_FILENO);
+      ::close(out[0]);
+      std::vector<char*> argv;
+      for (auto& s : argv_strings) argv.push_back(s.data());
+      argv.push_back(nullptr);
+      ::execv(binary.c_str(), argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    stdout_fd_ = out[0];
+    // The first stdout line names the port; allow time for loading the model.
+    std::string text;
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (text.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{stdout_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buffer[256];
+      const ssize_t n = ::read(stdout_fd_, buffer, sizeof buffer);
+      if (n <= 0) break;
+      text.append(buffer, static_cast<size_t>(n));
+    }
+    const std::string prefix = "minimind-server: listening on http://127.0.0.1:";
+    INFO("server stdout: " << text << "\nserver stderr: " << log());
+    REQUIRE(text.rfind(prefix, 0) == 0);
+    port_ = std::stoi(text.substr(prefix.size()));
+    REQUIRE(port_ > 0);
+  }
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (stdout_fd_ >= 0) ::close(stdout_fd_);
+  }
+
+  int port() const { return port_; }
+  std::string log() const { return read_file(log_); }
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+
+  // Sends `sig` and returns the exit status (-1: killed by a signal, -2: still running after 20 s).
+  int stop(int sig) {
+    REQUIRE(pid_ > 0);
+    ::kill(pid_, sig);
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return -2;
+  }
+
+ private:
+  std::filesystem::path log_;
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  int port_ = 0;
+};
+
+// The demo-model server most cases share; the last case stops it.
+ServerProcess& demo_server() {
+  static ServerProcess server("demo", {"--slots", "4", "--queue", "8", "--max-body", "65536", "--threads", "1"});
+  return server;
+}
+
+Json post_raw(const ServerProcess& server, const std::string& path, const std::string& body, int expected_status) {
+  auto client = server.client();
+  auto res = client.Post(path.c_str(), body, "application/json");
+  REQUIRE_MESSAGE(res, "no response from " << path << ": " << httplib::to_string(res.error()));
+  INFO(path << " " << body << " -> " << res->status << " " << res->body);
+  REQUIRE(res->status == expected_status);
+  REQUIRE(res->get_header_value("Content-Type") == "application/json");
+  return Json::parse(res->body);
+}
+
+Json post_json(const ServerProcess& server, const std::string& path, const Json& body, int expected_status = 200) {
+  return post_raw(server, path, body.dump(), expected_status);
+}
+
+Json get_json(const ServerProcess& server, const std::string& path, int expected_status = 200) {
+  auto client = server.client();
+  auto res = client.Get(path.c_str());
+  REQUIRE(res);
+  INFO(path << " -> " << res->status << " " << res->body);
+  REQUIRE(res->status == expected_status);
+  return Json::parse(res->body);
+}
+
+// An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}.
+void check_error_body(const Json& body, const std::string& type, const Json& param) {
+  INFO(body.dump());
+  REQUIRE(body.contains("error"));
+  const Json& e = body["error"];
+  CHECK(e.at("message").is_string());
+  CHECK(!e.at("message").get<std::string>().empty());
+  CHECK(e.at("type") == type);
+  CHECK(e.at("param") == param);
+  CHECK(e.contains("code"));
+}
+
+Json chat_request(const std::string& user, int64_t max_tokens = 24) {
+  return {{"model", "demo"}, {"messages", {{{"role", "user"}, {"content", user}}}}, {"temperature", 0}, {"max_tokens", max_tokens}};
+}
+
+// The same generation run in this process with the library.
+struct Local {
+  Local()
+      : model(MiniMindForCausalLM<float>::from_pretrained(demo_dir)),
+        tokenizer(Tokenizer::from_pretrained(demo_dir)),
+        defaults(GenerationConfig::from_pretrained(demo_dir, model.config(), &tokenizer)) {}
+
+  std::vector<int32_t> chat_prompt(const std::string& user) const {
+    ChatOptions options;
+    options.add_generation_prompt = true;
+    return tokenizer.encode(ChatTemplate(tokenizer.chat_template()).render({ChatMessage("user", user)}, options));
+  }
+  std::pair<std::string, GenerationResult> generate(const std::vector<int32_t>& prompt, GenerationConfig config) const {
+    auto session = model.new_session(512);
+    std::string text;
+    auto result = generate_text(model, tokenizer, session, prompt, config, [&](std::string_view piece) {
+      text += piece;
+      return true;
+    });
+    return {text, result};
+  }
+  GenerationConfig greedy(int64_t max_new_tokens) const {
+    GenerationConfig g = defaults;
+    g.sampling.temperature = 0;
+    g.max_new_tokens = max_new_tokens;
+    return g;
+  }
+
+  MiniMindForCausalLM<float> model;
+  Tokenizer tokenizer;
+  GenerationConfig defaults;
+};
+
+const Local& local() {
+  static const Local l;
+  return l;
+}
+
+// A streamed POST, its raw body collected; `on_data` may return false to hang up.
+struct Streamed {
+  int status = 0;
+  std::string content_type, body;
+  httplib::Error error = httplib::Error::Success;
+};
+Streamed post_stream(const ServerProcess& server, const std::string& path, const Json& body,
+                     const std::function<bool(const std::string& so_far)>& on_data = {}) {
+  auto client = server.client();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.set_header("Content-Type", "application/json");
+  req.body = body.dump();
+  Streamed out;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    out.body.append(data, n);
+    return !on_data || on_data(out.body);
+  };
+  auto res = client.send(req);
+  out.error = res.error();
+  if (res) {
+    out.status = res->status;
+    out.content_type = res->get_header_value("Content-Type");
+  }
+  return out;
+}
+
+// Splits an SSE body into its `data:` payloads, checking the framing: every event is one
+// `data: ...` line followed by a blank line, and the last is `[DONE]`.
+std::vector<Json> sse_chunks(const std::string& body) {
+  INFO(body);
+  std::vector<Json> chunks;
+  size_t start = 0;
+  bool done = false;
+  while (start < body.size()) {
+    const size_t end = body.find("\n\n", start);
+    REQUIRE(end != std::string::npos);
+    const std::string event = body.substr(start, end - start);
+    REQUIRE(event.rfind("data: ", 0) == 0);
+    REQUIRE(event.find('\n') == std::string::npos);
+    REQUIRE_FALSE(done);
+    const std::string data = event.substr(6);
+    if (data == "[DONE]") done = true;
+    else chunks.push_back(Json::parse(data));
+    start = end + 2;
+  }
+  CHECK(done);
+  return chunks;
+}
+
+// The content a chat stream delivered, with its checks on every chunk.
+std::string chat_stream_text(const std::vector<Json>& chunks, const Json** last = nullptr) {
+  REQUIRE(chunks.size() >= 2);
+  std::string text;
+  const std::string id = chunks[0].at("id");
+  CHECK(chunks[0]["choices"][0]["delta"]["role"] == "assistant");
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Json& c = chunks[i];
+    INFO(c.dump());
+    CHECK(c.at("object") == "chat.completion.chunk");
+    CHECK(c.at("id") == id);
+    CHECK(c.at("model") == "demo");
+    CHECK(c.at("created").is_number_integer());
+    if (c["choices"].empty()) continue;  // the include_usage chunk
+    const Json& choice = c["choices"][0];
+    CHECK(choice.at("index") == 0);
+    if (choice["delta"].contains("content")) text += choice["delta"]["content"].get<std::string>();
+    const bool is_final = !choice.at("finish_reason").is_null();
+    CHECK(is_final == c.contains("usage"));
+    if (is_final && last) *last = &c;
+  }
+  return text;
+}
+
+// Byte offset of the second UTF-8 character.
+size_t second_char(const std::string& s) {
+  size_t i = 1;
+  while (i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) ++i;
+  return i;
+}
+
+}  // namespace
+
+TEST_CASE("minimind-server: /health, /v1/models, and a greedy chat equal to the library's") {
+  auto& server = demo_server();
+  const Json health = get_json(server, "/health");
+  CHECK(health["status"] == "ok");
+  CHECK(health["slots_total"] == 4);
+  CHECK(health["slots_idle"] == 4);
+
+  const Json models = get_json(server, "/v1/models");
+  CHECK(models["object"] == "list");
+  REQUIRE(models["data"].size() == 1);
+  CHECK(models["data"][0]["id"] == "demo");
+  CHECK(models["data"][0]["object"] == "model");
+  CHECK(get_json(server, "/v1/models/demo")["id"] == "demo");
+  check_error_body(get_json(server, "/v1/models/gpt-4", 404), "invalid_request_error", "model");
+
+  const std::string user = "小明家养了一只";
+  const Json reply = post_json(server, "/v1/chat/completions", chat_request(user, 24));
+  const auto [text, result] = local().generate(local().chat_prompt(user), local().greedy(24));
+  CHECK(reply["object"] == "chat.completion");
+  CHECK(std::string(reply["id"]).rfind("chatcmpl-", 0) == 0);
+  CHECK(reply["model"] == "demo");
+  REQUIRE(reply["choices"].size() == 1);
+  CHECK(reply["choices"][0]["message"]["role"] == "assistant");
+  CHECK(reply["choices"][0]["message"]["content"] == text);
+  CHECK(reply["choices"][0]["finish_reason"] == (result.stop == StopReason::EndOfSequence ? "stop" : "length"));
+  const Json& usage = reply["usage"];
+  CHECK(usage["prompt_tokens"] == result.prompt_tokens);
+  CHECK(usage["completion_tokens"] == static_cast<int64_t>(result.ids.size()) - (result.stop == StopReason::EndOfSequence ? 1 : 0));
+  CHECK(usage["total_tokens"] == usage["prompt_tokens"].get<int64_t>() + usage["completion_tokens"].get<int64_t>());
+
+  // Text content parts and the developer role are accepted as OpenAI sends them.
+  Json parts = chat_request(user, 24);
+  parts["messages"][0]["content"] = Json::array({{{"type", "text"}, {"text", "小明家"}}, {{"type", "text"}, {"text", "养了一只"}}});
+  CHECK(post_json(server, "/v1/chat/completions", parts)["choices"][0]["message"]["content"] == text);
+}
+
+TEST_CASE("minimind-server: /v1/completions uses the raw prompt; max_tokens, stop and seed are honoured") {
+  auto& server = demo_server();
+  const Local& l = local();
+  const std::string prompt = "这块石头";
+  const auto ids = l.tokenizer.encode(prompt);
+  const auto [text, result] = l.generate(ids, l.greedy(32));
+  REQUIRE(second_char(text) < text.size());  // at least two characters, so a stop string can cut it
+
+  Json request = {{"prompt", prompt}, {"temperature", 0}, {"max_tokens", 32}};
+  Json reply = post_json(server, "/v1/completions", request);
+  CHECK(reply["object"] == "text_completion");
+  CHECK(std::string(reply["id"]).rfind("cmpl-", 0) == 0);
+  CHECK(reply["choices"][0]["text"] == text);
+  CHECK(reply["usage"]["prompt_tokens"] == ids.size());
+
+  // Token ids as the prompt give the same.
+  request["prompt"] = ids;
+  CHECK(post_json(server, "/v1/completions", request)["choices"][0]["text"] == text);
+
+  // max_tokens: exactly that many tokens past eos, finish_reason "length".
+  Json limited = {{"prompt", prompt}, {"temperature", 0}, {"max_tokens", 5}, {"ignore_eos", true}};
+  reply = post_json(server, "/v1/completions", limited);
+  CHECK(reply["usage"]["completion_tokens"] == 5);
+  CHECK(reply["choices"][0]["finish_reason"] == "length");
+
+  // stop: the text ends before the stop string, which is not included; also when streamed,
+  // where the stop string arrives over several tokens.
+  const std::string kept = text.substr(0, second_char(text)), stop = text.substr(second_char(text));
+  request["prompt"] = prompt;
+  request["stop"] = Json::array({"never appears", stop});
+  reply = post_json(server, "/v1/completions", request);
+  CHECK(reply["choices"][0]["text"] == kept);
+  CHECK(reply["choices"][0]["finish_reason"] == "stop");
+  request["stream"] = true;
+  const auto streamed = post_stream(server, "/v1/completions", request);
+  std::string joined;
+  for (const auto& chunk : sse_chunks(streamed.body)) {
+    CHECK(chunk["object"] == "text_completion");
+    joined += chunk["choices"][0]["text"].get<std::string>();
+  }
+  CHECK(joined == kept);
+
+  // seed: a sampled completion equals the library's with the same seed and parameters.
+  Json sampled = {{"prompt", prompt}, {"temperature", 1.5}, {"top_p", 1}, {"top_k", 0}, {"seed", 7}, {"max_tokens", 20}, {"ignore_eos", true}};
+  GenerationConfig config = l.defaults;
+  config.sampling.temperature = 1.5f;
+  config.sampling.top_p = 1;
+  config.sampling.top_k = 0;
+  config.sampling.seed = 7;
+  config.max_new_tokens = 20;
+  config.ignore_eos = true;
+  const std::string expected = l.generate(ids, config).first;
+  CHECK(post_json(server, "/v1/completions", sampled)["choices"][0]["text"] == expected);
+  CHECK(post_json(server, "/v1/completions", sampled)["choices"][0]["text"] == expected);
+}
+
+TEST_CASE("minimind-server: a streamed chat is SSE chat.completion.chunk events ending in data: [DONE]") {
+  auto& server = demo_server();
+  const std::string user = "今天天气";
+  Json request = chat_request(user, 24);
+  const Json whole = post_json(server, "/v1/chat/completions", request);
+  request["stream"] = true;
+  const auto streamed = post_stream(server, "/v1/chat/completions", request);
+  CHECK(streamed.status == 200);
+  CHECK(streamed.content_type == "text/event-stream");
+  const Json* last = nullptr;
+  const auto chunks = sse_chunks(streamed.body);
+  CHECK(chat_stream_text(chunks, &last) == whole["choices"][0]["message"]["content"]);
+  REQUIRE(last != nullptr);
+  CHECK(last == &chunks.back());
+  CHECK((*last)["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]);
+  CHECK((*last)["usage"] == whole["usage"]);
+
+  // stream_options.include_usage adds OpenAI's usage-only chunk with no choices.
+  request["stream_options"] = {{"include_usage", true}};
+  const auto with_usage = sse_chunks(post_stream(server, "/v1/chat/completions", request).body);
+  REQUIRE(!with_usage.empty());
+  CHECK(with_usage.back()["choices"].empty());
+  CHECK(with_usage.back()["usage"] == whole["usage"]);
+}
+
+TEST_CASE("minimind-server: 8 concurrent greedy chats each equal the same request run alone") {
+  auto& server = demo_server();
+  const std::vector<std::string> users = {"今天天气", "小明家养了一只猫", "这块石头很硬", "你好", "天气", "小明", "石头", "猫"};
+  auto request = [&](size_t i) {
+    Json r = chat_request(users[i], 40);
+    r["ignore_eos"] = true;  // long enough replies that the eight overlap
+    if (i % 2) r["stream"] = true;
+    return r;
+  };
+  auto reply_text = [&](size_t i) {
+    if (i % 2 == 0) return post_json(server, "/v1/chat/completions", request(i))["choices"][0]["message"]["content"].get<std::string>();
+    const auto streamed = post_stream(server, "/v1/chat/completions", request(i));
+    return chat_stream_text(sse_chunks(streamed.body));
+  };
+  std::vector<std::string> alone;
+  for (size_t i = 0; i < users.size(); ++i) alone.push_back(reply_text(i));
+
+  std::vector<std::future<std::string>> together;
+  for (size_t i = 0; i < users.size(); ++i) together.push_back(std::async(std::launch::async, reply_text, i));
+  for (size_t i = 0; i < users.size(); ++i) {
+    CAPTURE(users[i]);
+    CHECK(together[i].get() == alone[i]);
+  }
+  CHECK(get_json(server, "/health")["slots_idle"] == 4);
+}
+
+TEST_CASE("minimind-server: bad requests get OpenAI-style errors with the right status, and leave no slot busy") {
+  auto& server = demo_server();
+  const std::string chat = "/v1/chat/completions";
+  auto with = [](const std::string& key, const Json& value) {
+    Json r = chat_request("你好");
+    r[key] = value;
+    return r;
+  };
+  check_error_body(post_raw(server, chat, "{\"messages\": [", 400), "invalid_request_error", nullptr);
+  check_error_body(post_raw(server, chat, "[1, 2]", 400), "invalid_request_error", nullptr);
+  check_error_body(post_json(server, chat, Json{{"model", "demo"}}, 400), "invalid_request_error", "messages");
+  check_error_body(post_json(server, chat, with("messages", "hi"), 400), "invalid_request_error", "messages");
+  check_error_body(post_json(server, chat, with("messages", Json::array()), 400), "invalid_request_error", "messages");
+  check_error_body(post_json(server, chat, with("messages", {{{"role", "wizard"}, {"content", "x"}}}), 400), "invalid_request_error",
+                   "messages[0].role");
+  check_error_body(post_json(server, chat, with("messages", {{{"role", "user"}, {"content", 5}}}), 400), "invalid_request_error",
+                   "messages[0].content");
+  check_error_body(post_json(server, chat, with("temperature", "hot"), 400), "invalid_request_error", "temperature");
+  check_error_body(post_json(server, chat, with("temperature", -0.5), 400), "invalid_request_error", "temperature");
+  check_error_body(post_json(server, chat, with("top_p", 0), 400), "invalid_request_error", "top_p");
+  check_error_body(post_json(server, chat, with("top_k", -1), 400), "invalid_request_error", "top_k");
+  check_error_body(post_json(server, chat, with("stream", "yes"), 400), "invalid_request_error", "stream");
+  check_error_body(post_json(server, chat, with("seed", "x"), 400), "invalid_request_error", "seed");
+  check_error_body(post_json(server, chat, with("n", 2), 400), "invalid_request_error", "n");
+  check_error_body(post_json(server, chat, with("stop", Json::array({"a", "b", "c", "d", "e"})), 400), "invalid_request_error", "stop");
+  check_error_body(post_json(server, chat, with("stop", 3), 400), "invalid_request_error", "stop");
+  check_error_body(post_json(server, chat, with("max_tokens", 0), 400), "invalid_request_error", "max_tokens");
+  const Json too_long = post_json(server, chat, with("max_tokens", 600), 400);
+  check_error_body(too_long, "invalid_request_error", "max_tokens");
+  CHECK(too_long["error"]["code"] == "context_length_exceeded");
+  check_error_body(post_json(server, "/v1/completions", Json{{"max_tokens", 1}}, 400), "invalid_request_error", "prompt");
+  check_error_body(post_json(server, "/v1/completions", Json{{"prompt", {5, 99999}}}, 400), "invalid_request_error", "prompt");
+  const Json long_prompt = post_json(server, "/v1/completions", Json{{"prompt", std::vector<int>(600, 5)}}, 400);
+  check_error_body(long_prompt, "invalid_request_error", "prompt");
+  CHECK(long_prompt["error"]["code"] == "context_length_exceeded");
+
+  // 404 for unknown paths and methods, with a JSON body.
+  auto client = server.client();
+  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/v1/nothing"}, {"POST", "/v1/nothing"}, {"GET", "/v1/chat/completions"}}) {
+    auto res = method == "GET" ? client.Get(path.c_str()) : client.Post(path.c_str(), "{}", "application/json");
+    CAPTURE(path);
+    REQUIRE(res);
+    CHECK(res->status == 404);
+    check_error_body(Json::parse(res->body), "invalid_request_error", nullptr);
+  }
+
+  // 413 past --max-body 65536; a body just under it is read (and refused for its length).
+  const std::string filler(70000, 'a');
+  const Json big = post_raw(server, chat, chat_request(filler).dump(), 413);
+  check_error_body(big, "invalid_request_error", nullptr);
+  CHECK(big["error"]["code"] == "request_too_large");
+  CHECK(post_json(server, chat, chat_request(std::string(60000, 'a')), 400)["error"]["code"] == "context_length_exceeded");
+
+  const Json health = get_json(server, "/health");
+  CHECK(health["slots_idle"] == 4);
+  CHECK(health["queued"] == 0);
+  CHECK(post_json(server, chat, chat_request("你好"))["choices"].size() == 1);
+}
+
+TEST_CASE("minimind-server: flag errors are one line and exit 1") {
+  for (const auto& [flags, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"--slots 0", "--slots must be in"},
+           {"--port 70000", "--port must be in"},
+           {"--queue -1", "--queue must be in"},
+           {"--ctx 100000", "--ctx must be in"},
+           {"--frobnicate", "unknown flag --frobnicate"},
+           {"--model /nonexistent", "/nonexistent"},
+           {"--port " + std::to_string(demo_server().port()), "cannot listen on 127.0.0.1:"}}) {
+    const auto r = run_command(program("minimind-server") + " " + flags);
+    CAPTURE(flags);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.rfind("minimind-server: error: ", 0) == 0);
+    CHECK(r.err.find(needle) != std::string::npos);
+  }
+}
+
+TEST_CASE("minimind-server: Ctrl-C stops it with exit 0") {
+  auto& server = demo_server();
+  CHECK(server.stop(SIGINT) == 0);
+  CHECK(server.log().find("minimind-server: stopped") != std::string::npos);
+}
+
+// A model slow enough (random weights, hidden 512) that a long stream is still running while
+// the test looks at the queue; the demo tokenizer supplies the text.
+std::filesystem::path write_slow_checkpoint() {
+  const int64_t hidden = 512, kv = 128, ffn = 1536, vocab = 707, layers = 4;
+  io::Json config = tiny_config();
+  config["hidden_size"] = hidden;
+  config["num_hidden_layers"] = layers;
+  config["num_attention_heads"] = 8;
+  config["num_key_value_heads"] = 2;
+  config["intermediate_size"] = ffn;
+  config["vocab_size"] = vocab;
+  config["max_position_embeddings"] = 2048;
+  std::vector<TensorBytes> tensors = {{"model.embed_tokens.weight", {vocab, hidden}}, {"model.norm.weight", {hidden}}};
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (auto t : std::vector<TensorBytes>{{p + "input_layernorm.weight", {hidden}},
+                                           {p + "self_attn.q_proj.weight", {hidden, hidden}},
+                                           {p + "self_attn.k_proj.weight", {kv, hidden}},
+                                           {p + "self_attn.v_proj.weight", {kv, hidden}},
+                                           {p + "self_attn.o_proj.weight", {hidden, hidden}},
+                                           {p + "post_attention_layernorm.weight", {hidden}},
+                                           {p + "mlp.gate_proj.weight", {ffn, hidden}},
+                                           {p + "mlp.up_proj.weight", {ffn, hidden}},
+                                           {p + "mlp.down_proj.weight", {hidden, ffn}}})
+      tensors.push_back(t);
+  }
+  const auto dir = write_checkpoint("server_slow_model", config, safetensors_image(tensors));
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) std::filesystem::copy_file(demo_dir / file, dir / file);
+  return dir;
+}
+
+TEST_CASE("minimind-server: a full queue gives 503, a client that hangs up frees its slot, SIGTERM exits 0") {
+  const auto model_dir = write_slow_checkpoint();
+  ServerProcess server("slow", {"--model", model_dir.string(), "--slots", "1", "--queue", "1", "--threads", "1"});
+  const Json long_stream = {{"prompt", "今天天气"}, {"temperature", 0}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}};
+
+  // A: a long stream that hangs up once told to, after its first text has arrived.
+  std::promise<void> first_text;
+  std::atomic<bool> hang_up{false};
+  bool first = true;
+  auto a = std::async(std::launch::async, [&] {
+    return post_stream(server, "/v1/completions", long_stream, [&](const std::string& so_far) {
+      if (first && so_far.find("\"text\":\"") != std::string::npos) {
+        first = false;
+        first_text.set_value();
+      }
+      return !hang_up;
+    });
+  });
+  REQUIRE(first_text.get_future().wait_for(30s) == std::future_status::ready);
+  CHECK(get_json(server, "/health")["slots_idle"] == 0);
+
+  // B waits in the queue; C finds it full.
+  auto b = std::async(std::launch::async, [&] {
+    return post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 3}, {"temperature", 0}}, 200);
+  });
+  for (int i = 0; i < 500 && get_json(server, "/health")["queued"] != 1; ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(get_json(server, "/health")["queued"] == 1);
+  const Json overflow = post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 3}}, 503);
+  check_error_body(overflow, "server_error", nullptr);
+  CHECK(overflow["error"]["code"] == "server_overloaded");
+
+  // A hangs up mid-stream: its slot goes to B at once, long before A's 2000 tokens.
+  hang_up = true;
+  const auto a_result = a.get();
+  CHECK(a_result.error == httplib::Error::Canceled);
+  REQUIRE(b.wait_for(20s) == std::future_status::ready);
+  CHECK(b.get()["usage"]["completion_tokens"] == 3);
+  const std::string log = server.log();
+  INFO(log);
+  const size_t line = log.find("finish: client disconnected");
+  REQUIRE(line != std::string::npos);
+  const size_t count_at = log.rfind("completion ", line) + std::string("completion ").size();
+  CHECK(std::stoll(log.substr(count_at)) < 1000);
+  const Json health = get_json(server, "/health");
+  CHECK(health["slots_idle"] == 1);
+  CHECK(health["queued"] == 0);
+
+  // SIGTERM during a stream: the stream ends with an error event and [DONE]; exit status 0.
+  std::promise<void> started;
+  bool once = true;
+  auto d = std::async(std::launch::async, [&] {
+    return post_stream(server, "/v1/completions", long_stream, [&](const std::string&) {
+      if (std::exchange(once, false)) started.set_value();
+      return true;
+    });
+  });
+  REQUIRE(started.get_future().wait_for(30s) == std::future_status::ready);
+  CHECK(server.stop(SIGTERM) == 0);
+  const auto d_result = d.get();
+  CHECK(d_result.status == 200);
+  const auto chunks = sse_chunks(d_result.body);
+  REQUIRE(!chunks.empty());
+  CHECK(chunks.back()["error"]["code"] == "shutting_down");
+}

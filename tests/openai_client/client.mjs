@@ -1,0 +1,113 @@
+// The official openai npm client against a running minimind-server: lists the models, completes a
+// chat, streams the same chat, and reads the server's errors as the client's typed exceptions.
+// Usage: node client.mjs http://127.0.0.1:PORT/v1
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const baseURL = process.argv[2];
+if (!baseURL) {
+  console.error('usage: node client.mjs BASE_URL (e.g. http://127.0.0.1:8080/v1)');
+  process.exit(2);
+}
+// The server wants no key; the client insists on one. No retries: a failure must show.
+const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+
+let passed = 0;
+let failed = 0;
+async function check(name, body) {
+  try {
+    await body();
+    passed++;
+    console.log(`ok: ${name}`);
+  } catch (error) {
+    failed++;
+    console.log(`FAILED: ${name}: ${error?.stack ?? error}`);
+  }
+}
+
+function checkUsage(usage) {
+  assert.ok(Number.isInteger(usage.prompt_tokens) && usage.prompt_tokens > 0, 'prompt_tokens');
+  assert.ok(Number.isInteger(usage.completion_tokens) && usage.completion_tokens > 0, 'completion_tokens');
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+}
+
+let model = '';
+await check('models.list names the loaded model', async () => {
+  const ids = [];
+  for await (const m of client.models.list()) ids.push(m.id);
+  assert.equal(ids.length, 1);
+  model = ids[0];
+  assert.ok(model.length > 0);
+  assert.equal((await client.models.retrieve(model)).id, model);
+});
+
+// Greedy with ignore_eos so the reply has a known length and the stream must equal it.
+const request = {
+  model,
+  messages: [{ role: 'user', content: '小明家养了一只猫' }],
+  temperature: 0,
+  max_tokens: 16,
+  ignore_eos: true,
+};
+
+let whole = null;
+await check('chat.completions.create returns a chat.completion with usage', async () => {
+  whole = await client.chat.completions.create({ ...request, model });
+  assert.equal(whole.object, 'chat.completion');
+  assert.equal(whole.model, model);
+  assert.equal(whole.choices.length, 1);
+  assert.equal(whole.choices[0].message.role, 'assistant');
+  assert.equal(typeof whole.choices[0].message.content, 'string');
+  assert.ok(whole.choices[0].message.content.length > 0);
+  assert.equal(whole.choices[0].finish_reason, 'length');
+  checkUsage(whole.usage);
+  assert.equal(whole.usage.completion_tokens, 16);
+});
+
+await check('a streamed chat gives the same text in chunks, then usage', async () => {
+  const stream = await client.chat.completions.create({ ...request, model, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    if (chunk.usage) usage = chunk.usage;
+    if (chunk.choices.length === 0) continue;
+    text += chunk.choices[0].delta.content ?? '';
+    if (chunk.choices[0].finish_reason) finish = chunk.choices[0].finish_reason;
+  }
+  assert.ok(chunks > 2, `only ${chunks} chunks`);
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(finish, 'length');
+  assert.deepEqual(usage, whole.usage);
+});
+
+await check('completions.create continues a raw prompt', async () => {
+  const reply = await client.completions.create({ model, prompt: '这块石头', temperature: 0, max_tokens: 8 });
+  assert.equal(reply.object, 'text_completion');
+  assert.equal(typeof reply.choices[0].text, 'string');
+  checkUsage(reply.usage);
+});
+
+await check('a bad parameter is a BadRequestError naming it', async () => {
+  await assert.rejects(client.chat.completions.create({ ...request, model, temperature: -1 }), (error) => {
+    assert.ok(error instanceof OpenAI.BadRequestError, `got ${error?.constructor?.name}`);
+    assert.equal(error.status, 400);
+    assert.equal(error.param, 'temperature');
+    assert.equal(error.type, 'invalid_request_error');
+    return true;
+  });
+});
+
+await check('an unknown model is a NotFoundError', async () => {
+  await assert.rejects(client.models.retrieve('no-such-model'), (error) => {
+    assert.ok(error instanceof OpenAI.NotFoundError, `got ${error?.constructor?.name}`);
+    assert.equal(error.code, 'model_not_found');
+    return true;
+  });
+});
+
+console.log(`openai client: ${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);

@@ -19,16 +19,9 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 
 int run(int argc, char** argv) {
   cli::Args args("minimind-chat", "chat with a MiniMind checkpoint; /reset starts over, /exit or Ctrl-D quits");
-  cli::model_flag(args)
+  cli::sampling_flags(cli::model_flag(args))
       .value("--system", "system message")
       .toggle("--think", "on minimind-3: leave the think block open for reasoning")
-      .value("--max-new-tokens", "longest reply in tokens (default: generation_config.json, else 512)")
-      .value("--temperature", "sampling temperature; 0 = greedy")
-      .value("--top-k", "keep the K most likely tokens; 0 = off")
-      .value("--top-p", "nucleus sampling mass in (0, 1]")
-      .value("--min-p", "drop tokens less likely than P times the best one")
-      .value("--repetition-penalty", "penalise tokens already seen; 1 = off")
-      .value("--seed", "random seed (default 42)")
       .value("--ctx", "context length in tokens (default: max_position_embeddings, at most 4096)");
   if (!args.parse(argc, argv)) return 0;
 
@@ -36,17 +29,7 @@ int run(int argc, char** argv) {
   const auto& model = checkpoint.model;
   const auto& tokenizer = checkpoint.require_tokenizer();
   const minimind::ChatTemplate chat_template(tokenizer.chat_template());
-  minimind::GenerationConfig config = checkpoint.generation;
-  config.max_new_tokens = args.int_or("--max-new-tokens", config.max_new_tokens);
-  if (auto t = args.number("--temperature")) config.sampling.temperature = static_cast<float>(*t);
-  config.sampling.top_k = args.int_or("--top-k", config.sampling.top_k);
-  if (auto p = args.number("--top-p")) config.sampling.top_p = static_cast<float>(*p);
-  if (auto p = args.number("--min-p")) config.sampling.min_p = static_cast<float>(*p);
-  if (auto r = args.number("--repetition-penalty")) config.sampling.repetition_penalty = static_cast<float>(*r);
-  const int64_t seed = args.int_or("--seed", static_cast<int64_t>(config.sampling.seed));
-  if (seed < 0) throw cli::UsageError("--seed must not be negative");
-  config.sampling.seed = static_cast<uint64_t>(seed);
-  config.validate();
+  minimind::GenerationConfig config = cli::apply_sampling_flags(args, checkpoint.generation);
   const int64_t max_context = model.config().max_position_embeddings;
   const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, 4096));
   if (context < 2 || context > max_context) throw cli::UsageError("--ctx must be in [2, " + std::to_string(max_context) + "]");

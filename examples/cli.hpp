@@ -194,4 +194,28 @@ inline Args& model_flag(Args& args) {
 }
 inline std::filesystem::path model_dir(const Args& args) { return args.get_or("--model", MINIMIND_DEMO_MODEL_DIR); }
 
+// The sampling flags of the generating programs, and how they override the checkpoint's defaults.
+inline Args& sampling_flags(Args& args) {
+  return args.value("--max-new-tokens", "how many tokens to generate at most (default: generation_config.json, else 512)")
+      .value("--temperature", "sampling temperature; 0 = greedy (default: generation_config.json, else 0.85)")
+      .value("--top-k", "keep the K most likely tokens; 0 = off")
+      .value("--top-p", "keep the smallest set of tokens with probability mass >= P, in (0, 1]")
+      .value("--min-p", "drop tokens less likely than P times the best one")
+      .value("--repetition-penalty", "penalise tokens already seen (upstream's rule); 1 = off")
+      .value("--seed", "random seed (default 42)");
+}
+inline minimind::GenerationConfig apply_sampling_flags(const Args& args, minimind::GenerationConfig config) {
+  config.max_new_tokens = args.int_or("--max-new-tokens", config.max_new_tokens);
+  if (auto t = args.number("--temperature")) config.sampling.temperature = static_cast<float>(*t);
+  config.sampling.top_k = args.int_or("--top-k", config.sampling.top_k);
+  if (auto p = args.number("--top-p")) config.sampling.top_p = static_cast<float>(*p);
+  if (auto p = args.number("--min-p")) config.sampling.min_p = static_cast<float>(*p);
+  if (auto r = args.number("--repetition-penalty")) config.sampling.repetition_penalty = static_cast<float>(*r);
+  const int64_t seed = args.int_or("--seed", static_cast<int64_t>(config.sampling.seed));
+  if (seed < 0) throw UsageError("--seed must not be negative");
+  config.sampling.seed = static_cast<uint64_t>(seed);
+  config.validate();
+  return config;
+}
+
 }  // namespace cli

@@ -7,19 +7,12 @@ namespace {
 
 int run(int argc, char** argv) {
   cli::Args args("minimind-generate", "generate text from a prompt with a MiniMind checkpoint");
-  cli::model_flag(args)
+  cli::sampling_flags(cli::model_flag(args))
       .value("--prompt", "prompt text")
       .value("--ids", "prompt as comma-separated token ids")
       .toggle("--chat", "wrap the prompt as a user turn in the checkpoint's chat template")
       .value("--system", "system message for --chat")
       .toggle("--think", "with --chat on minimind-3: leave the think block open for reasoning")
-      .value("--max-new-tokens", "how many tokens to generate at most (default: generation_config.json, else 512)")
-      .value("--temperature", "sampling temperature; 0 = greedy (default: generation_config.json, else 0.85)")
-      .value("--top-k", "keep the K most likely tokens; 0 = off")
-      .value("--top-p", "keep the smallest set of tokens with probability mass >= P, in (0, 1]")
-      .value("--min-p", "drop tokens less likely than P times the best one")
-      .value("--repetition-penalty", "penalise tokens already seen (upstream's rule); 1 = off")
-      .value("--seed", "random seed (default 42)")
       .value("--ctx", "context length in tokens (default: prompt + max new tokens, within max_position_embeddings)")
       .toggle("--ignore-eos", "keep generating past end-of-sequence ids")
       .toggle("--print-ids", "print the generated ids comma-separated on one line instead of text");
@@ -30,18 +23,8 @@ int run(int argc, char** argv) {
 
   const auto checkpoint = cli::Checkpoint::load(cli::model_dir(args));
   const auto& model = checkpoint.model;
-  minimind::GenerationConfig config = checkpoint.generation;
-  config.max_new_tokens = args.int_or("--max-new-tokens", config.max_new_tokens);
-  if (auto t = args.number("--temperature")) config.sampling.temperature = static_cast<float>(*t);
-  config.sampling.top_k = args.int_or("--top-k", config.sampling.top_k);
-  if (auto p = args.number("--top-p")) config.sampling.top_p = static_cast<float>(*p);
-  if (auto p = args.number("--min-p")) config.sampling.min_p = static_cast<float>(*p);
-  if (auto r = args.number("--repetition-penalty")) config.sampling.repetition_penalty = static_cast<float>(*r);
-  const int64_t seed = args.int_or("--seed", static_cast<int64_t>(config.sampling.seed));
-  if (seed < 0) throw cli::UsageError("--seed must not be negative");
-  config.sampling.seed = static_cast<uint64_t>(seed);
+  minimind::GenerationConfig config = cli::apply_sampling_flags(args, checkpoint.generation);
   config.ignore_eos = args.has("--ignore-eos");
-  config.validate();
 
   std::vector<int32_t> prompt;
   if (auto ids = args.get("--ids")) {

@@ -14,9 +14,11 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <memory>
@@ -582,6 +584,15 @@ int forward_threads(const M& model) {
   else return 1;
 }
 
+// httplib::Server with its listening socket reachable: the library listens with a backlog of 5,
+// and a burst of new connections past that has its SYNs dropped and retried seconds later.
+class HttpServer : public httplib::Server {
+ public:
+  void widen_backlog() {
+    if (::listen(svr_sock_, SOMAXCONN) != 0) throw minimind::Error(std::string("listen: ") + std::strerror(errno));
+  }
+};
+
 // httplib's own errors (unknown path, oversized body, unparsable HTTP) get an OpenAI-style body;
 // responses the handlers already filled are left alone.
 httplib::Server::HandlerResponse fill_error(const httplib::Request& req, httplib::Response& res, size_t max_body) {
@@ -639,13 +650,17 @@ int run(int argc, char** argv) {
   if (model_id.empty()) model_id = "minimind";
 
   Server server(checkpoint, model_id, static_cast<int>(slots), context, static_cast<size_t>(queue));
-  httplib::Server http;
-  // Every admitted request holds a connection thread while it waits or runs; the spare ones
-  // answer /health, /v1/models and 503s at once, and carry idle keep-alive connections.
-  const size_t http_threads = static_cast<size_t>(slots + queue) + 32;
+  HttpServer http;
+  // httplib serves a connection on one pool thread from accept to close; a connection beyond the
+  // pool waits unseen (no 503) until one closes. Every admitted request holds a thread while it
+  // waits or runs; the spare ones answer /health, /v1/models and 503s at once, and carry idle
+  // keep-alive connections. An idle thread costs little.
+  const size_t http_threads = static_cast<size_t>(slots + queue) + 64;
   http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
   http.set_payload_max_length(static_cast<size_t>(max_body));
-  http.set_keep_alive_max_count(100);
+  // httplib writes headers and body (and each SSE event) in separate sends; with Nagle's
+  // algorithm against the client's delayed ACK, each would wait some 40 ms.
+  http.set_tcp_nodelay(true);
   // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and take
   // half its connections; SO_REUSEADDR alone still allows a quick restart.
   http.set_socket_options([](int sock) {
@@ -681,6 +696,7 @@ int run(int argc, char** argv) {
   } else if (!http.bind_to_port(host, bound)) {
     throw minimind::Error("cannot listen on " + host + ":" + std::to_string(bound) + " (in use, or not an address of this machine)");
   }
+  http.widen_backlog();
   std::fprintf(stderr, "minimind-server: model %s (%s), %lld slots x %lld tokens of context, queue %lld, %d threads per forward pass\n",
                model_id.c_str(), dir.string().c_str(), static_cast<long long>(slots), static_cast<long long>(context),
                static_cast<long long>(queue), forward_threads(checkpoint.model));

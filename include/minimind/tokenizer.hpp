@@ -52,6 +52,17 @@ class Tokenizer {
     return Tokenizer(read_json(tokenizer_json), where);
   }
 
+  // Builds from an already-parsed tokenizer.json object (e.g. one made from GGUF metadata) and,
+  // when given, a tokenizer_config.json object; `source` names them in errors.
+  static Tokenizer from_json(const nlohmann::json& tokenizer_json, const std::string& source,
+                             const nlohmann::json* tokenizer_config = nullptr) {
+    Tokenizer tokenizer(tokenizer_json, json_fields::Location{source, ""});
+    if (tokenizer_config) {
+      tokenizer.apply_config(*tokenizer_config, json_fields::Location{source + " (tokenizer config)", ""});
+    }
+    return tokenizer;
+  }
+
   // Loads dir/tokenizer.json and, when present, dir/tokenizer_config.json (bos/eos/pad/unk
   // tokens, add_bos_token / add_eos_token, chat_template; a chat_template.jinja file beside them
   // stands in for a config without chat_template).

@@ -153,6 +153,15 @@ class TensorTable {
     files_.push_back(std::move(file));
   }
 
+  // Adds a tensor read from another container (a .pth or .gguf file); its `owner` keeps the bytes
+  // alive. `source` names the container in describe() when no safetensors file was added.
+  void add(TensorRef tensor, const std::string& source) {
+    if (tensors_.count(tensor.name)) throw Error(source + ": tensor \"" + tensor.name + "\" appears twice");
+    if (source_.empty()) source_ = source;
+    std::string name = tensor.name;
+    tensors_.emplace(std::move(name), std::move(tensor));
+  }
+
   const TensorRef* find(const std::string& name) const {
     auto it = tensors_.find(name);
     return it == tensors_.end() ? nullptr : &it->second;
@@ -166,13 +175,14 @@ class TensorTable {
   const std::vector<std::shared_ptr<MappedFile>>& files() const { return files_; }
   std::string describe() const {
     if (files_.size() == 1) return files_[0]->path().string();
-    if (files_.empty()) return "(no weight files)";
+    if (files_.empty()) return source_.empty() ? "(no weight files)" : source_;
     return files_[0]->path().parent_path().string() + " (" + std::to_string(files_.size()) + " safetensors shards)";
   }
 
  private:
   std::map<std::string, TensorRef> tensors_;
   std::vector<std::shared_ptr<MappedFile>> files_;
+  std::string source_;  // the .pth / .gguf file the tensors came from
 };
 
 inline TensorTable read_safetensors(const std::filesystem::path& path) {

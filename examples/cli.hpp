@@ -159,6 +159,7 @@ inline int run(const char* program, const std::function<int()>& body) {
 
 // ---- Loading a checkpoint the same way in every program ----
 #include <minimind/chat_template.hpp>
+#include <minimind/checkpoint.hpp>
 #include <minimind/generate.hpp>
 #include <minimind/minimind.hpp>
 #include <minimind/tokenizer.hpp>
@@ -175,22 +176,26 @@ struct Checkpoint {
   std::optional<minimind::Tokenizer> tokenizer;
   minimind::GenerationConfig generation;
 
+  // `dir` may also be a .safetensors, .pth or .gguf file (minimind::load_checkpoint); the
+  // tokenizer is a GGUF's own, else tokenizer.json beside the weights.
   static Checkpoint load(const std::filesystem::path& dir) {
-    Checkpoint c{dir, minimind::MiniMindForCausalLM<float>::from_pretrained(dir), std::nullopt, {}};
-    if (std::filesystem::exists(dir / "tokenizer.json")) c.tokenizer = minimind::Tokenizer::from_pretrained(dir);
-    c.generation = minimind::GenerationConfig::from_pretrained(dir, c.model.config(), c.tokenizer ? &*c.tokenizer : nullptr);
+    const minimind::Checkpoint checkpoint = minimind::load_checkpoint(dir);
+    Checkpoint c{dir, minimind::MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors),
+                 checkpoint.tokenizer(), {}};
+    c.generation = minimind::GenerationConfig::from_pretrained(checkpoint.directory(), c.model.config(),
+                                                               c.tokenizer ? &*c.tokenizer : nullptr);
     return c;
   }
 
   const minimind::Tokenizer& require_tokenizer() const {
-    if (!tokenizer) throw minimind::Error(dir.string() + ": no tokenizer.json, so text prompts are not possible (use --ids)");
+    if (!tokenizer) throw minimind::Error(dir.string() + ": no tokenizer (no tokenizer.json, no GGUF tokenizer metadata), so text prompts are not possible (use --ids)");
     return *tokenizer;
   }
 };
 
 // The --model flag every program shares; defaults to the demo model shipped in examples/models.
 inline Args& model_flag(Args& args) {
-  return args.value("--model", "checkpoint directory (default: the demo model, " MINIMIND_DEMO_MODEL_DIR ")");
+  return args.value("--model", "checkpoint directory, or .safetensors/.pth/.gguf file (default: the demo model, " MINIMIND_DEMO_MODEL_DIR ")");
 }
 inline std::filesystem::path model_dir(const Args& args) { return args.get_or("--model", MINIMIND_DEMO_MODEL_DIR); }
 

@@ -9,6 +9,9 @@
 
 #include <httplib.h>
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <signal.h>
@@ -271,6 +274,63 @@ class StopFilter {
   bool stopped_ = false;
 };
 
+// ---- Whether the client is still there ----
+
+// The socket of the connection a request came on. httplib 0.11 gives a handler no way to ask
+// whether its client has gone (later versions have Request::is_connection_closed), so the socket
+// is found by its address pair among this process's descriptors. It stays open, and the same
+// connection, until the handler returns.
+class Connection {
+ public:
+  static Connection of(const httplib::Request& req) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+      const int fd = std::atoi(entry.path().filename().c_str());
+      if (port_of(fd, getpeername) == req.remote_port && port_of(fd, getsockname) == req.local_port &&
+          host_of(fd) == req.remote_addr) {
+        return Connection(fd);
+      }
+    }
+    return Connection(-1);  // not found: treated as connected
+  }
+
+  // True once the peer has closed or reset the connection. Unread bytes (a pipelined request)
+  // mean it is still there.
+  bool closed() const {
+    if (fd_ < 0) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
+    char byte;
+    return ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
+
+ private:
+  explicit Connection(int fd) : fd_(fd) {}
+  using NameFn = int (*)(int, sockaddr*, socklen_t*);
+  static int port_of(int fd, NameFn name) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (name(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+    if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+    return -1;
+  }
+  // As httplib renders Request::remote_addr.
+  static std::string host_of(int fd) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    char host[NI_MAXHOST] = "";
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+        getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) {
+      return {};
+    }
+    return host;
+  }
+
+  int fd_;
+};
+
 // ---- Slots: sessions over the shared model, and the bounded queue in front of them ----
 
 class Slots {
@@ -298,8 +358,8 @@ class Slots {
   };
 
   // Takes a free slot, or waits in FIFO order behind earlier requests; 503 when the queue is full
-  // or the server is stopping.
-  std::shared_ptr<Lease> acquire() {
+  // or the server is stopping; null when `gone` says the client left while waiting.
+  std::shared_ptr<Lease> acquire(const std::function<bool()>& gone) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (stopping_) throw shutting_down();
     if (waiting_.empty())
@@ -313,11 +373,15 @@ class Slots {
     }
     const uint64_t ticket = next_ticket_++;
     waiting_.push_back(ticket);
-    changed_.wait(lock, [&] { return stopping_ || (waiting_.front() == ticket && free_slot()); });
+    bool left = false;
+    // Wakes on every release, and now and then to look at the client.
+    while (!changed_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stopping_ || (waiting_.front() == ticket && free_slot()); })) {
+      if ((left = gone())) break;
+    }
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), ticket));
-    changed_.notify_all();  // the next in line may find a slot too
+    changed_.notify_all();  // the next in line may find a slot, or be first now
     if (stopping_) throw shutting_down();
-    return take(*free_slot());
+    return left ? nullptr : take(*free_slot());
   }
 
   void stop() {
@@ -423,7 +487,12 @@ class Server {
         prompt = parse_prompt(body, tokenizer_);
       }
       auto job = std::make_shared<Job>(parse_job(body, std::move(prompt), checkpoint_.generation, context_, checkpoint_.model.config().vocab_size));
-      auto lease = slots_.acquire();  // may wait in the queue, or throw 503
+      const Connection connection = Connection::of(req);
+      auto lease = slots_.acquire([&] { return connection.closed(); });  // may wait, or throw 503
+      if (!lease) {
+        std::fprintf(stderr, "minimind-server: %s: client disconnected while queued\n", kind == Kind::Chat ? "chat" : "completion");
+        return send_error(res, ApiError(503, "the client closed the connection", "server_error"));  // read by no one
+      }
       const std::string id = new_id(kind);
       const auto created = static_cast<int64_t>(std::time(nullptr));
       if (job->stream) return stream(kind, job, lease, id, created, res);
@@ -431,11 +500,12 @@ class Server {
       std::string text;
       const Outcome outcome = run(*job, lease->session(), [&](std::string_view piece) {
         text += piece;
-        return true;
+        return !connection.closed();
       });
       lease->release();
       log(kind, outcome);
       if (outcome.cancelled) throw Slots::shutting_down();
+      if (outcome.disconnected) return send_error(res, ApiError(503, "the client closed the connection", "server_error"));
       Json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", outcome.finish_reason}};
       if (kind == Kind::Chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
       else choice["text"] = text;

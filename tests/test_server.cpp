@@ -559,12 +559,25 @@ TEST_CASE("minimind-server: a full queue gives 503, a client that hangs up frees
   REQUIRE(first_text.get_future().wait_for(30s) == std::future_status::ready);
   CHECK(get_json(server, "/health")["slots_idle"] == 0);
 
+  // A client that gives up while queued (a read timeout) leaves the queue.
+  auto wait_for_health = [&](const char* key, int value) {
+    for (int i = 0; i < 300 && get_json(server, "/health")[key] != value; ++i) std::this_thread::sleep_for(10ms);
+    return get_json(server, "/health")[key] == value;
+  };
+  {
+    auto impatient = server.client();
+    impatient.set_read_timeout(0, 300'000);
+    auto res = impatient.Post("/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 3}}.dump(), "application/json");
+    CHECK(res.error() == httplib::Error::Read);
+  }
+  CHECK(wait_for_health("queued", 0));
+  CHECK(server.log().find("completion: client disconnected while queued") != std::string::npos);
+
   // B waits in the queue; C finds it full.
   auto b = std::async(std::launch::async, [&] {
     return post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 3}, {"temperature", 0}}, 200);
   });
-  for (int i = 0; i < 500 && get_json(server, "/health")["queued"] != 1; ++i) std::this_thread::sleep_for(10ms);
-  REQUIRE(get_json(server, "/health")["queued"] == 1);
+  REQUIRE(wait_for_health("queued", 1));
   const Json overflow = post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 3}}, 503);
   check_error_body(overflow, "server_error", nullptr);
   CHECK(overflow["error"]["code"] == "server_overloaded");
@@ -577,13 +590,28 @@ TEST_CASE("minimind-server: a full queue gives 503, a client that hangs up frees
   CHECK(b.get()["usage"]["completion_tokens"] == 3);
   const std::string log = server.log();
   INFO(log);
-  const size_t line = log.find("finish: client disconnected");
-  REQUIRE(line != std::string::npos);
-  const size_t count_at = log.rfind("completion ", line) + std::string("completion ").size();
-  CHECK(std::stoll(log.substr(count_at)) < 1000);
+  auto disconnected_after = [&](const std::string& text, size_t from) {
+    const size_t line = text.find("tokens, finish: client disconnected", from);
+    REQUIRE(line != std::string::npos);
+    const size_t count_at = text.rfind("completion ", line) + std::string("completion ").size();
+    return std::pair{std::stoll(text.substr(count_at)), line + 1};
+  };
+  const auto [streamed_tokens, next] = disconnected_after(log, 0);
+  CHECK(streamed_tokens < 1000);
   const Json health = get_json(server, "/health");
   CHECK(health["slots_idle"] == 1);
   CHECK(health["queued"] == 0);
+
+  // A non-streamed reply whose client gives up mid-generation frees the slot too.
+  {
+    auto impatient = server.client();
+    impatient.set_read_timeout(0, 500'000);
+    Json whole = long_stream;
+    whole["stream"] = false;
+    CHECK(impatient.Post("/v1/completions", whole.dump(), "application/json").error() == httplib::Error::Read);
+  }
+  CHECK(wait_for_health("slots_idle", 1));
+  CHECK(disconnected_after(server.log(), next).first < 1000);
 
   // SIGTERM during a stream: the stream ends with an error event and [DONE]; exit status 0.
   std::promise<void> started;

@@ -27,6 +27,7 @@ import os
 import shutil
 import struct
 import sys
+import zipfile
 
 import numpy as np
 import torch
@@ -554,6 +555,11 @@ def main():
     write_gguf(os.path.join(CORPUS, "gguf", "tiny-f16.gguf"), t, tiny, "llama", "F16", "tiny", alignment=64)
     torch.save(upstream_state_dict(t, True), os.path.join(CORPUS, "pth", "tiny-f32.pth"))
     torch.save({k: v.bfloat16() for k, v in strided_state_dict(t).items()}, os.path.join(CORPUS, "pth", "tiny-strided-bf16.pth"))
+    # fuzz_pth feeds an input starting 0x80 to the pickle machine alone: the bare data.pkl files.
+    for f in ("tiny-f32", "tiny-strided-bf16"):
+        with zipfile.ZipFile(os.path.join(CORPUS, "pth", f + ".pth")) as z:
+            with open(os.path.join(CORPUS, "pth", f + ".pkl"), "wb") as out:
+                out.write(z.read(f"{f}/data.pkl"))
 
     total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(OUT) for f in fs)
     seeds = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(CORPUS) for f in fs)

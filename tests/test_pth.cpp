@@ -124,6 +124,18 @@ TEST_CASE("a strided view built here: values gathered in row-major order") {
   CHECK(in_place.require("w").owner == nullptr);  // the caller's image, not a copy
 }
 
+TEST_CASE("state_dict(keep_vars=True): an nn.Parameter is read as its tensor") {
+  std::string pkl = StateDictPickle::state_dict({{"w", "FloatStorage", "0", 2, 0, {2}, {1}}});
+  const size_t at = pkl.find("ctorch._utils\n_rebuild_tensor_v2");
+  pkl.insert(at, "ctorch._utils\n_rebuild_parameter\n(");
+  pkl.insert(pkl.rfind("u."), std::string("\x88") + "ccollections\nOrderedDict\n)Rt" + "R");  // (tensor, True, {}) -> R
+  const auto table = parse(pth_image(pkl, {{"0", f32s({1, 2})}}));
+  CHECK(table.require("w").shape == std::vector<int64_t>{2});
+  std::string hooked = pkl;
+  hooked.replace(hooked.rfind(")Rt"), 3, "}" + StateDictPickle::unicode("h") + "K\x01st");
+  CHECK_THROWS_WITH_AS(parse(pth_image(hooked, {{"0", f32s({1, 2})}})), doctest::Contains("_rebuild_parameter takes"), Error);
+}
+
 TEST_CASE("DDP's module. and torch.compile's _orig_mod. prefixes are dropped") {
   const std::string pkl = StateDictPickle::state_dict({{"module._orig_mod.w", "FloatStorage", "0", 2, 0, {2}, {1}},
                                                        {"module._orig_mod.b", "FloatStorage", "0", 2, 0, {1}, {1}}});
@@ -212,7 +224,8 @@ TEST_CASE("pickle globals other than torch.save's three are refused, never execu
   check_refused(pickle("cbuiltins\neval\n"), "pickle global builtins.eval is not allowed");
   check_refused(pickle("cposix\nsystem\n"), "pickle global posix.system is not allowed");
   check_refused(pickle("ctorch\nload\n"), "pickle global torch.load is not allowed");
-  check_refused(pickle("ctorch._utils\n_rebuild_parameter\n"), "torch._utils._rebuild_parameter is not allowed");
+  check_refused(pickle("ctorch._utils\n_rebuild_qtensor\n"), "torch._utils._rebuild_qtensor is not allowed");
+  check_refused(pickle("ctorch.nn.modules.linear\nLinear\n"), "torch.nn.modules.linear.Linear is not allowed");
   // An allowed name still cannot be called unless it is one of the two callables.
   check_refused(pickle("ctorch\nFloatStorage\n)R"), "REDUCE of torch.FloatStorage is not allowed");
   check_refused(pickle("ccollections\nOrderedDict\n" + StateDictPickle::unicode("x") + "\x85R"),

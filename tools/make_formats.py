@@ -6,7 +6,8 @@ are tested against the safetensors path on a fresh clone.
 - pth/: PyTorch state dicts written by torch.save exactly as upstream MiniMind saves them:
   `{k: v.half() for k, v in state_dict.items()}` (train scripts), the float32 `model.state_dict()`
   itself (an OrderedDict with `_metadata`, lm_head.weight sharing the embedding's storage, as a
-  tied upstream model has it), a bfloat16 one, and one whose tensors are strided views.
+  tied upstream model has it), a bfloat16 one, one whose tensors are strided views, and one of
+  nn.Parameters (state_dict(keep_vars=True)).
 - gguf/: GGUF v3 files from our own writer below (the format is public: magic, version, counts,
   typed metadata, tensor infos, aligned data): architectures llama (MiniMind2, q/k rows permuted
   the way llama.cpp's converter does), qwen3 and qwen3moe (minimind-3); types F32, F16, BF16,
@@ -444,6 +445,7 @@ def main():
         ("mm3-dense-f32.pth", "mm3-dense", "state_dict", "exact"),
         ("mm3-moe-f16.pth", "mm3-moe", "half", "f16-all"),
         ("mm3-dense-strided.pth", "mm3-dense", "strided", "exact"),
+        ("mha-parameters.pth", "mha", "parameters", "exact"),
     ]
     for fname, case, how, compare in pth_cases:
         config, tensors, _ = golden(case)
@@ -455,6 +457,9 @@ def main():
             sd = {k: v.bfloat16() for k, v in sd.items()}
         elif how == "strided":
             sd = strided_state_dict(tensors)
+        elif how == "parameters":  # what state_dict(keep_vars=True) holds
+            sd = collections.OrderedDict((k, torch.nn.Parameter(v, requires_grad=k.endswith("norm.weight")))
+                                         for k, v in tensors.items())
         path = os.path.join(OUT, "pth", fname)
         torch.save(sd, path)
         manifest["pth"].append({"file": rel(path), "reference": rel(os.path.join(GOLDEN, case)), "saved_as": how, "compare": compare})

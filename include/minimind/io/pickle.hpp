@@ -4,6 +4,7 @@
 // three kinds of global that torch.save writes for {name: tensor} (protocol 2):
 //   collections.OrderedDict        called with () to make an empty ordered dict
 //   torch._utils._rebuild_tensor_v2 called with (storage, offset, size, stride, requires_grad, hooks)
+//   torch._utils._rebuild_parameter called with (tensor, requires_grad, hooks) (state_dict(keep_vars=True))
 //   torch.<Type>Storage            only inside a persistent id ('storage', type, key, location, numel)
 // Everything else (another global such as os.system, REDUCE of anything else, lists, objects, ...)
 // is refused with a minimind::Error naming the opcode or global and its byte offset. Nothing is
@@ -222,11 +223,12 @@ class Machine {
     const std::string module = read_line("GLOBAL module");
     const std::string name = read_line("GLOBAL name");
     const bool allowed = (module == "collections" && name == "OrderedDict") ||
-                         (module == "torch._utils" && name == "_rebuild_tensor_v2") ||
+                         (module == "torch._utils" && (name == "_rebuild_tensor_v2" || name == "_rebuild_parameter")) ||
                          (module == "torch" && is_storage_type(name));
     if (!allowed) {
       fail("pickle global " + module + "." + name +
-           " is not allowed (only collections.OrderedDict, torch._utils._rebuild_tensor_v2 and torch.*Storage); "
+           " is not allowed (only collections.OrderedDict, torch._utils._rebuild_tensor_v2 / _rebuild_parameter and "
+           "torch.*Storage); "
            "refused, nothing was executed");
     }
     auto g = make(Object::Kind::Global);
@@ -350,6 +352,13 @@ class Machine {
       t->tensor.stride = int_tuple(a[3], "stride");
       if (t->tensor.size.size() != t->tensor.stride.size()) fail("_rebuild_tensor_v2: size and stride differ in length");
       return t;
+    }
+    if (callable->text == "torch._utils._rebuild_parameter") {
+      // An nn.Parameter is its tensor here: (tensor, requires_grad, backward_hooks).
+      if (a.size() != 3 || a[0]->kind != Object::Kind::Tensor || a[1]->kind != Object::Kind::Bool || !is_empty_dict(a[2])) {
+        fail("_rebuild_parameter takes (tensor, requires_grad, no backward hooks)");
+      }
+      return a[0];
     }
     fail("REDUCE of " + callable->text + " is not allowed (it is only a storage type); refused, nothing was executed");
   }

@@ -3,6 +3,7 @@
 // forward pass. Sized when a session is made (and grown only when a prompt is longer than any
 // before), so decoding one token at a time allocates nothing.
 #include "minimind/config.hpp"
+#include "minimind/kernels/linear.hpp"
 #include "minimind/tensor.hpp"
 
 #include <algorithm>
@@ -43,7 +44,7 @@ struct Activations {
   MatrixRM<T> q;            // [rows, heads * head_dim]
   MatrixRM<T> k, v;         // [rows, kv_heads * head_dim]
   MatrixRM<T> attn;         // [rows, heads * head_dim] attention output before o_proj
-  MatrixRM<T> scores;       // [rows, context] one head's attention weights
+  MatrixRM<T> scores;       // [threads, context] attention weights of one query, a row per thread
   MatrixRM<T> cos, sin;     // [rows, head_dim / 2] rotary angles of each position
   MatrixRM<T> gate, up;     // [rows, max FFN width]
   MatrixRM<T> router;       // [rows, experts] MoE router probabilities
@@ -54,6 +55,7 @@ struct Activations {
   std::vector<int> chosen;            // [rows * experts_per_tok] chosen experts per row
   std::vector<T> chosen_weight;       // [rows * experts_per_tok]
   MatrixRM<T> logits;       // [rows, vocab]
+  kernels::Workspace work;  // the thread pool to run on and the kernels' scratch
 
   void reserve(const Config& c, Index new_rows, Index context) {
     if (new_rows <= rows && scores.cols() >= context) return;
@@ -66,7 +68,7 @@ struct Activations {
     k.resize(rows, c.num_key_value_heads * c.head_dim);
     v.resize(rows, c.num_key_value_heads * c.head_dim);
     attn.resize(rows, c.num_attention_heads * c.head_dim);
-    scores.resize(rows, std::max(context, scores.cols()));
+    scores.resize(std::max<Index>(scores.rows(), 1), std::max(context, scores.cols()));
     cos.resize(rows, c.head_dim / 2);
     sin.resize(rows, c.head_dim / 2);
     gate.resize(rows, width);
@@ -81,6 +83,12 @@ struct Activations {
       chosen_weight.resize(static_cast<size_t>(rows * c.num_experts_per_tok));
     }
     logits.resize(rows, c.vocab_size);
+    const Index widest = std::max({c.hidden_size, c.num_attention_heads * c.head_dim, width});
+    work.reserve_q8(1, widest);
+  }
+  // Room for `threads` threads to work at once (one row of scores each).
+  void reserve_threads(int threads) {
+    if (scores.rows() < threads) scores.conservativeResize(threads, scores.cols());
   }
 };
 

@@ -4,6 +4,7 @@
 // (q_norm, k_norm) before RoPE; the cache stores k after both, so cached keys are never touched again.
 #include "minimind/activations.hpp"
 #include "minimind/config.hpp"
+#include "minimind/kernels/linear.hpp"
 #include "minimind/rms_norm.hpp"
 #include "minimind/rope.hpp"
 #include "minimind/tensor.hpp"
@@ -47,9 +48,9 @@ class Attention {
     auto q = act.q.topRows(n);
     auto k = act.k.topRows(n);
     auto v = act.v.topRows(n);
-    q.noalias() = x * q_proj.matrix().transpose();
-    k.noalias() = x * k_proj.matrix().transpose();
-    v.noalias() = x * v_proj.matrix().transpose();
+    kernels::linear(x, q_proj, q, act.work);  // q = x q_proj^T
+    kernels::linear(x, k_proj, k, act.work);
+    kernels::linear(x, v_proj, v, act.work);
     if (q_norm) {
       q_norm->forward(q.data(), q.data(), n * heads_);
       k_norm->forward(k.data(), k.data(), n * kv_heads_);
@@ -63,30 +64,37 @@ class Attention {
       }
     }
 
+    // Each head on its own: for query position start + i, the scores against the visible keys
+    // [0, start + i], a softmax, and the weighted sum of the values. Heads are split across the
+    // thread pool; each thread keeps one row of scores (act.scores row t).
     const T scale = T(1) / std::sqrt(static_cast<T>(head_dim_));
-    auto scores = act.scores.topLeftCorner(n, length);
-    for (Index h = 0; h < heads_; ++h) {
-      const auto keys = KVCache<T>::head(cache_k, h / group, capacity, length);
-      const auto values = KVCache<T>::head(cache_v, h / group, capacity, length);
-      scores.noalias() = (q.middleCols(h * head_dim_, head_dim_) * keys.transpose()) * scale;
-      for (Index i = 0; i < n; ++i) {
-        // Causal: position start + i sees positions [0, start + i].
-        const Index visible = start + i + 1;
-        auto row = scores.row(i);
-        auto seen = row.head(visible);
-        seen = (seen.array() - seen.maxCoeff()).exp();
-        seen /= seen.sum();
-        row.tail(length - visible).setZero();
+    act.work.parallel_for_indexed(heads_, 1, [&](Index first_head, Index last_head, int thread) {
+      for (Index h = first_head; h < last_head; ++h) {
+        const auto keys = KVCache<T>::head(cache_k, h / group, capacity, length);
+        const auto values = KVCache<T>::head(cache_v, h / group, capacity, length);
+        for (Index i = 0; i < n; ++i) {
+          const Index visible = start + i + 1;  // causal: position start + i sees [0, start + i]
+          auto scores = act.scores.row(thread).head(visible);
+          scores.noalias() = q.row(i).segment(h * head_dim_, head_dim_) * keys.topRows(visible).transpose();
+          scores = ((scores.array() - scores.maxCoeff()) * scale).exp();
+          scores /= scores.sum();
+          act.attn.row(i).segment(h * head_dim_, head_dim_).noalias() = scores * values.topRows(visible);
+        }
       }
-      act.attn.topRows(n).middleCols(h * head_dim_, head_dim_).noalias() = scores * values;
-    }
-    out.noalias() = act.attn.topRows(n) * o_proj.matrix().transpose();
+    });
+    kernels::linear(act.attn.topRows(n), o_proj, out, act.work);
   }
 
   size_t num_parameters() const {
     size_t total = static_cast<size_t>(q_proj.rows() * q_proj.cols() + k_proj.rows() * k_proj.cols() +
                                        v_proj.rows() * v_proj.cols() + o_proj.rows() * o_proj.cols());
     if (q_norm) total += static_cast<size_t>(q_norm->dim() + k_norm->dim());
+    return total;
+  }
+
+  size_t weight_bytes() const {
+    size_t total = q_proj.bytes() + k_proj.bytes() + v_proj.bytes() + o_proj.bytes();
+    if (q_norm) total += q_norm->weight().bytes() + k_norm->weight().bytes();
     return total;
   }
 

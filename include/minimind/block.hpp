@@ -46,6 +46,11 @@ class Block {
            std::visit([](const auto& ffn) { return ffn.num_parameters(); }, mlp);
   }
 
+  size_t weight_bytes() const {
+    return input_layernorm.weight().bytes() + post_attention_layernorm.weight().bytes() + self_attn.weight_bytes() +
+           std::visit([](const auto& ffn) { return ffn.weight_bytes(); }, mlp);
+  }
+
   RMSNorm<T> input_layernorm;  // [hidden]
   Attention<T> self_attn;
   RMSNorm<T> post_attention_layernorm;  // [hidden]

@@ -3,8 +3,10 @@
 // row lookup (h = E[id]); predicting the next one is a dot product with every row
 // (logits = h E^T), so the token whose embedding points the way h points scores highest.
 // A tied model holds a single TiedEmbedding and uses it both ways; an untied checkpoint holds a
-// second one (its lm_head) of the same type, used only for logits.
+// second one (its lm_head) of the same type, used only for logits. Held as bf16 or q8 the matrix
+// is still one tensor: a lookup widens one row, logits use the format's kernel.
 #include "minimind/error.hpp"
+#include "minimind/kernels/linear.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/weights.hpp"
 
@@ -35,24 +37,36 @@ class TiedEmbedding {
   }
 
   // The embedding of each id, one row per id, into out [ids.size(), hidden].
+  // out must be row-major (each row contiguous).
   template <class Out>
   void lookup(std::span<const int32_t> ids, Out&& out) const {
     for (size_t i = 0; i < ids.size(); ++i) {
       check_id(ids[i]);
-      out.row(static_cast<Index>(i)) = weight_.matrix().row(ids[i]);
+      weight_.row_to(ids[i], &out(static_cast<Index>(i), 0));
     }
   }
   RowVector<T> lookup(int32_t id) const {
     check_id(id);
-    return weight_.matrix().row(id);
+    RowVector<T> row(hidden_size());
+    weight_.row_to(id, row.data());
+    return row;
   }
 
-  // logits [rows, vocab] = h [rows, hidden] E^T.
+  // logits [rows, vocab] = h [rows, hidden] E^T, on the workspace's threads.
+  template <class In, class Out>
+  void logits(const In& h, Out&& out, kernels::Workspace& work) const {
+    kernels::linear(h, weight_, out, work);
+  }
   template <class In, class Out>
   void logits(const In& h, Out&& out) const {
-    out.noalias() = h * weight_.matrix().transpose();
+    kernels::Workspace work;
+    logits(h, out, work);
   }
-  RowVector<T> logits(const RowVector<T>& h) const { return h * weight_.matrix().transpose(); }
+  RowVector<T> logits(const RowVector<T>& h) const {
+    RowVector<T> out(vocab_size());
+    logits(h, out);
+    return out;
+  }
 
   size_t num_parameters() const { return static_cast<size_t>(weight_.rows() * weight_.cols()); }
 

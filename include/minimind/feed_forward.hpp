@@ -5,6 +5,7 @@
 // always-on shared experts of MiniMind2-MoE.
 #include "minimind/activations.hpp"
 #include "minimind/config.hpp"
+#include "minimind/kernels/linear.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/weights.hpp"
 
@@ -35,13 +36,14 @@ class FeedForward {
     const Index n = x.rows(), f = width();
     auto gate = act.gate.topLeftCorner(n, f);
     auto up = act.up.topLeftCorner(n, f);
-    gate.noalias() = x * gate_proj.matrix().transpose();
-    up.noalias() = x * up_proj.matrix().transpose();
-    gate = gate.unaryExpr([](T g) { return g / (T(1) + std::exp(-g)); }).cwiseProduct(up);
-    out.noalias() = gate * down_proj.matrix().transpose();
+    kernels::linear(x, gate_proj, gate, act.work);  // gate = x gate_proj^T
+    kernels::linear(x, up_proj, up, act.work);
+    gate.array() = gate.array() / (T(1) + (-gate.array()).exp()) * up.array();  // silu(gate) * up
+    kernels::linear(gate, down_proj, out, act.work);
   }
 
   size_t num_parameters() const { return static_cast<size_t>(3 * gate_proj.rows() * gate_proj.cols()); }
+  size_t weight_bytes() const { return gate_proj.bytes() + up_proj.bytes() + down_proj.bytes(); }
 
   Weight<T> gate_proj;  // [width, hidden]
   Weight<T> up_proj;    // [width, hidden]
@@ -56,7 +58,8 @@ class MoEFeedForward {
       : top_k_(c.num_experts_per_tok),
         normalize_(c.norm_topk_prob && (c.num_experts_per_tok > 1 || c.normalize_single_expert)) {
     gate = w.matrix(prefix + ".gate.weight", c.num_experts, c.hidden_size,
-                    "num_experts " + std::to_string(c.num_experts) + ", hidden_size " + std::to_string(c.hidden_size));
+                    "num_experts " + std::to_string(c.num_experts) + ", hidden_size " + std::to_string(c.hidden_size),
+                    /*packed=*/false);
     for (int64_t e = 0; e < c.num_experts; ++e) {
       experts.emplace_back(w, prefix + ".experts." + std::to_string(e), c, c.moe_intermediate_size);
     }
@@ -69,7 +72,7 @@ class MoEFeedForward {
   void forward(const In& x, Out&& out, Activations<T>& act) const {
     const Index n = x.rows(), num_experts = gate.rows();
     auto router = act.router.topRows(n);
-    router.noalias() = x * gate.matrix().transpose();
+    kernels::linear(x, gate, router, act.work);
     for (Index r = 0; r < n; ++r) {  // softmax over experts
       auto row = router.row(r);
       row = (row.array() - row.maxCoeff()).exp();
@@ -105,6 +108,12 @@ class MoEFeedForward {
     size_t total = static_cast<size_t>(gate.rows() * gate.cols());
     for (const auto& e : experts) total += e.num_parameters();
     for (const auto& e : shared_experts) total += e.num_parameters();
+    return total;
+  }
+  size_t weight_bytes() const {
+    size_t total = gate.bytes();
+    for (const auto& e : experts) total += e.weight_bytes();
+    for (const auto& e : shared_experts) total += e.weight_bytes();
     return total;
   }
 

@@ -1,10 +1,17 @@
 #pragma once
-// Weights as views over the loaded bytes. A tensor stored in the compute dtype is used in place
-// inside the mapped file (zero copy); one stored in F16/BF16 (or F32 for a double model) is
-// widened once, exactly, into an owned buffer. Shapes are checked here against the config, with
-// the tensor's name and the config field in the message.
+// Weights as views over the loaded bytes, in the format chosen at load (LoadOptions::format).
+// Every loaded value must be finite: a tensor holding NaN or an infinity is refused at load with
+// an Error naming the file, the tensor and the element (see WeightLoader::check_finite). Finite
+// weights that overflow during a forward pass give inf/NaN logits, which the Sampler refuses.
+// A tensor stored as that format is used in place inside the mapped file (zero copy): F32 held as
+// f32, BF16 held as bf16. Anything else is converted once into an owned buffer: F16/BF16 widened
+// exactly to f32, or f32 values rounded to bf16 or quantized to q8 (kernels/q8.hpp). Shapes are
+// checked here against the config, with the tensor's name and the config field in the message.
 #include "minimind/error.hpp"
 #include "minimind/io/safetensors.hpp"
+#include "minimind/kernels/bf16.hpp"
+#include "minimind/kernels/format.hpp"
+#include "minimind/kernels/q8.hpp"
 #include "minimind/tensor.hpp"
 
 #include <Eigen/Core>
@@ -16,8 +23,15 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace minimind {
+
+// How a model is held in memory and run.
+struct LoadOptions {
+  WeightFormat format = WeightFormat::F32;  // of the matrices; norms always stay f32
+  int threads = 0;                          // threads per forward pass; 0 = one per core
+};
 
 template <class T>
 class Weight {
@@ -44,47 +58,136 @@ class Weight {
     w.is_view_ = true;
     return w;
   }
+  // bfloat16 values [rows, cols] kept alive by `owner` (the mapped file, or an owned buffer).
+  static Weight bf16(std::shared_ptr<const void> owner, const uint16_t* data, Index rows, Index cols, bool is_view) {
+    Weight w;
+    w.format_ = WeightFormat::BF16;
+    w.owner_ = std::move(owner);
+    w.bf16_ = data;
+    w.rows_ = rows;
+    w.cols_ = cols;
+    w.is_view_ = is_view;
+    return w;
+  }
 
-  ConstMatrixMap<T> matrix() const { return {data_, rows_, cols_}; }
+  // A copy of this f32 weight in `format` (itself when format is f32).
+  Weight to_format(WeightFormat format) const {
+    if (format == format_) return *this;
+    if (format_ != WeightFormat::F32) throw Error("a weight can only be converted from f32");
+    if constexpr (!std::is_same_v<T, float>) {
+      throw Error(std::string("weight format ") + format_name(format) + " needs a float model");
+    } else {
+      const Index n = rows_ * cols_;
+      if (format == WeightFormat::BF16) {
+        auto storage = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n));
+        for (Index i = 0; i < n; ++i) (*storage)[i] = kernels::bf16::from_float(data_[i]);
+        const uint16_t* data = storage->data();
+        return bf16(std::move(storage), data, rows_, cols_, false);
+      }
+      auto storage = std::make_shared<Q8Storage>();
+      const Index blocks = kernels::q8::blocks_for(cols_);
+      storage->q.resize(static_cast<size_t>(rows_ * blocks * kernels::q8::kBlock));
+      storage->d.resize(static_cast<size_t>(rows_ * blocks));
+      for (Index r = 0; r < rows_; ++r) {
+        kernels::q8::quantize_row(data_ + r * cols_, cols_, storage->q.data() + r * blocks * kernels::q8::kBlock,
+                                  storage->d.data() + r * blocks);
+      }
+      Weight w;
+      w.format_ = WeightFormat::Q8;
+      w.q8_ = {storage->q.data(), storage->d.data(), rows_, cols_, blocks};
+      w.owner_ = std::move(storage);
+      w.rows_ = rows_;
+      w.cols_ = cols_;
+      return w;
+    }
+  }
+
+  WeightFormat format() const { return format_; }
+  // The f32 matrix; only for weights held as f32.
+  ConstMatrixMap<T> matrix() const { return {f32_data(), rows_, cols_}; }
   // Writable: the storage is either ours or a private copy-on-write mapping of the file.
-  MatrixMap<T> mutable_matrix() { return {data_, rows_, cols_}; }
-  ConstVectorMap<T> vector() const { return {data_, rows_ * cols_}; }
-  const T* data() const { return data_; }
+  MatrixMap<T> mutable_matrix() { return {const_cast<T*>(f32_data()), rows_, cols_}; }
+  ConstVectorMap<T> vector() const { return {f32_data(), rows_ * cols_}; }
+  const T* data() const { return f32_data(); }
+  const uint16_t* bf16_data() const { return bf16_; }
+  const kernels::q8::View& q8_view() const { return q8_; }
   Index rows() const { return rows_; }
   Index cols() const { return cols_; }
-  size_t bytes() const { return static_cast<size_t>(rows_ * cols_) * sizeof(T); }
+  size_t bytes() const {
+    switch (format_) {
+      case WeightFormat::F32: return static_cast<size_t>(rows_ * cols_) * sizeof(T);
+      case WeightFormat::BF16: return static_cast<size_t>(rows_ * cols_) * 2;
+      case WeightFormat::Q8: return static_cast<size_t>(rows_ * q8_.blocks) * (kernels::q8::kBlock + 2);
+    }
+    return 0;
+  }
   // True when the weight is read in place from the checkpoint file.
   bool is_view() const { return is_view_; }
 
+  // Row r widened to the compute type: out [cols].
+  void row_to(Index r, T* out) const {
+    switch (format_) {
+      case WeightFormat::F32: std::memcpy(out, data_ + r * cols_, static_cast<size_t>(cols_) * sizeof(T)); return;
+      case WeightFormat::BF16:
+        for (Index c = 0; c < cols_; ++c) out[c] = static_cast<T>(kernels::bf16::to_float(bf16_[r * cols_ + c]));
+        return;
+      case WeightFormat::Q8:
+        if constexpr (std::is_same_v<T, float>) kernels::q8::dequantize_row(q8_, r, out);
+        return;
+    }
+  }
+
  private:
+  struct Q8Storage {
+    std::vector<int8_t> q;
+    std::vector<uint16_t> d;
+  };
+  const T* f32_data() const {
+    if (format_ != WeightFormat::F32 && rows_ * cols_ > 0) {
+      throw Error(std::string("this weight is held as ") + format_name(format_) + ", not as f32");
+    }
+    return data_;
+  }
+
+  WeightFormat format_ = WeightFormat::F32;
   std::shared_ptr<const void> owner_;
-  T* data_ = nullptr;
+  T* data_ = nullptr;              // f32
+  const uint16_t* bf16_ = nullptr;  // bf16
+  kernels::q8::View q8_;            // q8
   Index rows_ = 0, cols_ = 0;
   bool is_view_ = false;
 };
 
-// Turns checkpoint tensors into Weights of compute type T, checking each shape. Without a table it
-// makes deterministic random weights of the requested shapes instead (benchmarks and tests of
-// published shapes need no checkpoint): matrices uniform in +-1/sqrt(cols), norms near 1.
+// Turns checkpoint tensors into Weights of compute type T in the chosen format, checking each
+// shape. Without a table it makes deterministic random weights of the requested shapes instead
+// (benchmarks and tests of published shapes need no checkpoint): matrices uniform in
+// +-1/sqrt(cols), norms near 1.
 template <class T>
 class WeightLoader {
  public:
-  explicit WeightLoader(const io::TensorTable& table) : table_(&table) {}
-  static WeightLoader random(uint64_t seed) {
+  explicit WeightLoader(const io::TensorTable& table, WeightFormat format = WeightFormat::F32)
+      : table_(&table), format_(format) {}
+  static WeightLoader random(uint64_t seed, WeightFormat format = WeightFormat::F32) {
     WeightLoader w;
     w.seed_ = seed;
+    w.format_ = format;
     return w;
   }
+  WeightFormat format() const { return format_; }
 
   // A [rows, cols] matrix; `dims` explains the expected shape in config terms for the error.
-  Weight<T> matrix(const std::string& name, int64_t rows, int64_t cols, const std::string& dims) const {
-    if (!table_) return random_weight(name, rows, cols, T(1) / std::sqrt(static_cast<T>(cols)), T(0));
+  // `packed` false keeps it in f32 whatever the format (the MoE router: small, and its choices
+  // are discrete).
+  Weight<T> matrix(const std::string& name, int64_t rows, int64_t cols, const std::string& dims,
+                   bool packed = true) const {
+    const WeightFormat format = packed ? format_ : WeightFormat::F32;
+    if (!table_) return random_weight(name, rows, cols, T(1) / std::sqrt(static_cast<T>(cols)), T(0)).to_format(format);
     const io::TensorRef& t = table_->require(name);
     if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols) {
       throw Error(t.file + ": tensor \"" + name + "\" has shape " + t.shape_string() + " but the config implies [" +
                   std::to_string(rows) + ", " + std::to_string(cols) + "] (" + dims + ")");
     }
-    return load(t, rows, cols);
+    return load(t, rows, cols, format);
   }
   Weight<T> vector(const std::string& name, int64_t size, const std::string& dims) const {
     if (!table_) return random_weight(name, 1, size, T(0.1), T(1));
@@ -93,7 +196,7 @@ class WeightLoader {
       throw Error(t.file + ": tensor \"" + name + "\" has shape " + t.shape_string() + " but the config implies [" +
                   std::to_string(size) + "] (" + dims + ")");
     }
-    return load(t, 1, size);
+    return load(t, 1, size, WeightFormat::F32);
   }
 
  private:
@@ -117,17 +220,50 @@ class WeightLoader {
     return Weight<T>::owned(std::move(m));
   }
 
-  static Weight<T> load(const io::TensorRef& t, Index rows, Index cols) {
-    const bool same_dtype = std::is_same_v<T, float> && t.dtype == io::Dtype::F32;
-    const bool aligned = reinterpret_cast<uintptr_t>(t.bytes.data()) % alignof(T) == 0;
-    if (same_dtype && aligned) {
+  static Weight<T> load(const io::TensorRef& t, Index rows, Index cols, WeightFormat format) {
+    check_finite(t);
+    const auto address = reinterpret_cast<uintptr_t>(t.bytes.data());
+    if (format == WeightFormat::F32 && std::is_same_v<T, float> && t.dtype == io::Dtype::F32 && address % alignof(T) == 0) {
       return Weight<T>::view(t.owner, reinterpret_cast<T*>(t.bytes.data()), rows, cols);
+    }
+    if (format == WeightFormat::BF16 && std::is_same_v<T, float> && t.dtype == io::Dtype::BF16 && address % 2 == 0) {
+      return Weight<T>::bf16(t.owner, reinterpret_cast<const uint16_t*>(t.bytes.data()), rows, cols, true);
     }
     MatrixRM<T> m(rows, cols);
     const std::byte* src = t.bytes.data();
     const Index n = rows * cols;
     for (Index i = 0; i < n; ++i) m.data()[i] = static_cast<T>(widen(t.dtype, src + i * io::dtype_size(t.dtype)));
-    return Weight<T>::owned(std::move(m));
+    return Weight<T>::owned(std::move(m)).to_format(format);
+  }
+
+  // Refuses a tensor holding NaN or an infinity, naming it and the first such element: a
+  // checkpoint with one is broken (a diverged run, a bad conversion), and accepting it would turn
+  // every logit into NaN, or into undefined behaviour when quantized. The test is on the exponent
+  // bits (all ones), one pass over bytes that loading reads anyway.
+  static void check_finite(const io::TensorRef& t) {
+    const std::byte* p = t.bytes.data();
+    const size_t n = t.bytes.size() / io::dtype_size(t.dtype);
+    const size_t bad = t.dtype == io::Dtype::F32   ? first_non_finite<uint32_t>(p, n, 0x7F800000u)
+                       : t.dtype == io::Dtype::F16 ? first_non_finite<uint16_t>(p, n, 0x7C00u)
+                                                   : first_non_finite<uint16_t>(p, n, 0x7F80u);
+    if (bad == n) return;
+    const bool nan = std::isnan(widen(t.dtype, p + bad * io::dtype_size(t.dtype)));
+    std::string at = "element " + std::to_string(bad);
+    if (t.shape.size() == 2 && t.shape[1] > 0) {
+      const auto cols = static_cast<size_t>(t.shape[1]);
+      at += " [" + std::to_string(bad / cols) + ", " + std::to_string(bad % cols) + "]";
+    }
+    throw Error(t.file + ": tensor \"" + t.name + "\" holds " + (nan ? "NaN" : "an infinity") + " at " + at +
+                "; non-finite weights are refused");
+  }
+  template <class Bits>
+  static size_t first_non_finite(const std::byte* p, size_t n, Bits exponent) {
+    for (size_t i = 0; i < n; ++i) {
+      Bits bits;
+      std::memcpy(&bits, p + i * sizeof(Bits), sizeof(Bits));
+      if ((bits & exponent) == exponent) return i;
+    }
+    return n;
   }
 
   // Exact widening of one stored element to float.
@@ -153,6 +289,7 @@ class WeightLoader {
   }
 
   const io::TensorTable* table_ = nullptr;
+  WeightFormat format_ = WeightFormat::F32;
   uint64_t seed_ = 0;
 };
 

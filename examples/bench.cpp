@@ -1,0 +1,196 @@
+// minimind-bench: tokens per second of prefill (pp) and decode (tg), in the manner of llama-bench.
+// pp<P>: one forward pass over a P-token prompt from an empty cache (logits of the last position
+// only). tg<N>: N single-token forward passes from an empty cache, each with its logits, the next
+// id drawn at random as llama-bench does. Each test runs once to warm up, then -r times; the table
+// gives the min / median / max tokens per second over those runs.
+#include <minimind/minimind.hpp>
+
+#include "cli.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Model = minimind::MiniMindForCausalLM<float>;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > start) out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  if (out.empty()) throw cli::UsageError("empty list \"" + text + "\"");
+  return out;
+}
+
+// Resident memory of this process in MiB (VmRSS of /proc/self/status), or -1 where unknown.
+double resident_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return -1;
+}
+
+struct Stats {
+  double min = 0, median = 0, max = 0;
+};
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return {v.front(), n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.back()};
+}
+
+// Deterministic token ids in [0, vocab).
+struct Tokens {
+  uint64_t state = 42;
+  int32_t next(int64_t vocab) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(vocab));
+  }
+};
+
+double run_pp(const Model& model, minimind::Session<float>& session, const std::vector<int32_t>& prompt) {
+  session.reset();
+  const auto start = Clock::now();
+  model.forward(session, prompt, false);
+  return static_cast<double>(prompt.size()) / seconds_since(start);
+}
+
+double run_tg(const Model& model, minimind::Session<float>& session, int64_t n, Tokens& tokens) {
+  const int64_t vocab = model.config().vocab_size;
+  session.reset();
+  int32_t id = static_cast<int32_t>(model.config().bos_token_id);
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    model.forward(session, std::span<const int32_t>(&id, 1), false);
+    id = tokens.next(vocab);
+  }
+  return static_cast<double>(n) / seconds_since(start);
+}
+
+int run(int argc, char** argv) {
+  cli::Args args("minimind-bench", "tokens per second of prefill and decode, like llama-bench");
+  args.value("--model", "checkpoint directory to load")
+      .value("--shape", "random weights of a published shape instead: minimind2-small or minimind-3")
+      .value("--dtype", "weight format(s) held in memory: f32, bf16, q8, or a list such as f32,q8 (default f32)")
+      .value("-p", "prompt length of the prefill test, 0 to skip (default 128)")
+      .value("-n", "tokens of the decode test, 0 to skip (default 128)")
+      .value("-t", "thread count(s), e.g. 1,2 (default: one per core)")
+      .value("--threads", "same as -t")
+      .value("-r", "repetitions of each test (default 5)")
+      .toggle("--json", "print one JSON object per row instead of the table");
+  if (!args.parse(argc, argv)) return 0;
+
+  if (args.has("--model") == args.has("--shape")) throw cli::UsageError("give exactly one of --model DIR or --shape NAME");
+  const int64_t p = args.int_or("-p", 128), n = args.int_or("-n", 128), reps = args.int_or("-r", 5);
+  if (p < 0 || n < 0) throw cli::UsageError("-p and -n must not be negative");
+  if (reps < 1) throw cli::UsageError("-r must be at least 1");
+  std::vector<int> thread_counts;
+  const auto threads_text = args.get("-t") ? args.get("-t") : args.get("--threads");
+  for (const auto& t : split(threads_text.value_or(std::to_string(minimind::kernels::ThreadPool::default_threads())))) {
+    const int64_t v = cli::parse_int(t, "-t");
+    if (v < 1 || v > 256) throw cli::UsageError("-t: thread count " + t + " must be in [1, 256]");
+    thread_counts.push_back(static_cast<int>(v));
+  }
+  std::vector<minimind::WeightFormat> formats;
+  for (const auto& f : split(args.get_or("--dtype", "f32"))) formats.push_back(minimind::parse_format(f));
+
+  std::string shape;
+  minimind::Config shape_config;
+  if (auto s = args.get("--shape")) {
+    shape = *s;
+    if (shape == "minimind2-small") shape_config = minimind::Config::minimind2_small();
+    else if (shape == "minimind-3") shape_config = minimind::Config::minimind3();
+    else throw cli::UsageError("--shape: unknown shape \"" + shape + "\" (minimind2-small or minimind-3)");
+  } else {
+    shape = std::filesystem::path(*args.get("--model")).lexically_normal().filename().string();
+    if (shape.empty()) shape = *args.get("--model");
+  }
+  const bool json = args.has("--json");
+
+  if (!json) {
+    std::printf("| %-15s | %-5s | %9s | %10s | %7s | %6s | %10s | %10s | %10s |\n", "shape", "dtype", "size MiB", "params",
+                "threads", "test", "t/s min", "t/s median", "t/s max");
+    std::printf("| %.15s | %.5s | %.9s | %.10s | %.7s | %.6s | %.10s | %.10s | %.10s |\n", "----------------", "------",
+                "----------", "-----------", "--------", "-------", "-----------", "-----------", "-----------");
+  }
+  std::vector<std::string> notes;
+  for (const auto format : formats) {
+    const minimind::LoadOptions options{format, thread_counts.front()};
+    const double rss_before = resident_mib();
+    const auto load_start = Clock::now();
+    Model model = args.has("--model") ? Model::from_pretrained(*args.get("--model"), options)
+                                      : Model::random(shape_config, 1, options);
+    const double load_ms = seconds_since(load_start) * 1e3;
+    const double rss_loaded = resident_mib();
+    const int64_t vocab = model.config().vocab_size;
+    Tokens tokens;
+    std::vector<int32_t> prompt(static_cast<size_t>(p));
+    for (auto& id : prompt) id = tokens.next(vocab);
+    auto session = model.new_session(std::max<int64_t>({p, n, 1}));
+
+    for (const int threads : thread_counts) {
+      model.set_threads(threads);
+      for (const auto& [test, count] : {std::pair<std::string, int64_t>{"pp", p}, {"tg", n}}) {
+        if (count == 0) continue;
+        std::vector<double> rates;
+        for (int64_t r = 0; r <= reps; ++r) {  // run 0 warms up
+          const double rate = test == "pp" ? run_pp(model, session, prompt) : run_tg(model, session, count, tokens);
+          if (r > 0) rates.push_back(rate);
+        }
+        const Stats s = stats(rates);
+        const std::string name = test + std::to_string(count);
+        if (json) {
+          nlohmann::json row = {{"shape", shape},
+                                {"dtype", minimind::format_name(format)},
+                                {"threads", threads},
+                                {"test", name},
+                                {"tokens_per_s_min", s.min},
+                                {"tokens_per_s_median", s.median},
+                                {"tokens_per_s_max", s.max},
+                                {"repetitions", reps},
+                                {"weight_bytes", model.weight_bytes()},
+                                {"parameters", model.num_parameters()},
+                                {"load_ms", load_ms},
+                                {"resident_mib_after_load", rss_loaded},
+                                {"resident_mib", resident_mib()}};
+          std::printf("%s\n", row.dump().c_str());
+        } else {
+          std::printf("| %-15s | %-5s | %9.2f | %10zu | %7d | %6s | %10.2f | %10.2f | %10.2f |\n", shape.c_str(),
+                      minimind::format_name(format), static_cast<double>(model.weight_bytes()) / (1024.0 * 1024.0),
+                      model.num_parameters(), threads, name.c_str(), s.min, s.median, s.max);
+        }
+        std::fflush(stdout);
+      }
+    }
+    char note[256];
+    std::snprintf(note, sizeof note, "%s %s: load %.1f ms, resident %.1f MiB after load (%.1f before), %.1f MiB after the runs",
+                  shape.c_str(), minimind::format_name(format), load_ms, rss_loaded, rss_before, resident_mib());
+    notes.push_back(note);
+  }
+  if (!json) {
+    std::printf("\n");
+    for (const auto& note : notes) std::printf("%s\n", note.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return cli::run("minimind-bench", [&] { return run(argc, argv); });
+}

@@ -1,0 +1,96 @@
+#pragma once
+// out = x W^T for every linear layer, dispatched on the format the weight is held in:
+//   one position (decode): a matrix-vector product per format (f32.hpp, bf16.hpp, q8.hpp), the
+//     weight rows split across the thread pool; each weight is read once per token.
+//   many positions (prefill): a matrix-matrix product (gemm.hpp), the weight rows split across
+//     the pool; bf16 and q8 rows are widened to f32 panels on the way in.
+// The plain Eigen product `x * W.matrix().transpose()` is the reference all of these are tested
+// against (tests/test_kernels*.cpp).
+#include "minimind/kernels/bf16.hpp"
+#include "minimind/kernels/f32.hpp"
+#include "minimind/kernels/gemm.hpp"
+#include "minimind/kernels/q8.hpp"
+#include "minimind/kernels/thread_pool.hpp"
+#include "minimind/tensor.hpp"
+#include "minimind/weights.hpp"
+
+#include <algorithm>
+#include <type_traits>
+#include <vector>
+
+namespace minimind::kernels {
+
+// Scratch of the kernels for one session; grown on first use, never per token.
+struct Workspace {
+  ThreadPool* pool = nullptr;  // null: run on the calling thread
+  std::vector<int8_t> xq;      // activations quantized for q8 [rows, blocks * 32]
+  std::vector<float> xd;       // their scales [rows, blocks]
+  GemmScratch gemm;
+
+  int threads() const { return pool ? pool->size() : 1; }
+  // Makes room for q8 activations of `rows` x `cols`.
+  void reserve_q8(Index rows, Index cols) {
+    const size_t blocks = static_cast<size_t>(rows * q8::blocks_for(cols));
+    if (xq.size() < blocks * q8::kBlock) xq.resize(blocks * q8::kBlock);
+    if (xd.size() < blocks) xd.resize(blocks);
+  }
+  template <class Body>
+  void parallel_for(Index count, Index grain, Body&& body) {
+    if (pool) pool->parallel_for(count, grain, body);
+    else if (count > 0) body(Index{0}, count);
+  }
+  // body(begin, end, thread) with thread in [0, threads()).
+  template <class Body>
+  void parallel_for_indexed(Index count, Index grain, Body&& body) {
+    if (pool) pool->parallel_for_indexed(count, grain, body);
+    else if (count > 0) body(Index{0}, count, 0);
+  }
+};
+
+// Below this many positions a product is done as that many matrix-vector products.
+inline constexpr Index kGemmMinRows = 3;
+
+// out [n, w.rows()] = x [n, w.cols()] W^T. x and out are row-major blocks (unit inner stride).
+template <class T, class In, class Out>
+void linear(const In& x, const Weight<T>& w, Out&& out, Workspace& ws) {
+  const Index n = x.rows(), rows = w.rows(), cols = w.cols();
+  if constexpr (!std::is_same_v<T, float>) {
+    out.noalias() = x * w.matrix().transpose();
+  } else {
+    const float* xp = x.data();
+    float* yp = out.data();
+    const Index xs = x.outerStride(), ys = out.outerStride();
+    if (n >= kGemmMinRows) {
+      gemm(xp, xs, n, w, yp, ys, ws.gemm, ws.pool);
+      return;
+    }
+    constexpr Index grain = 16;  // rows per chunk: whole cache lines of output, 4-row kernels
+    switch (w.format()) {
+      case WeightFormat::F32:
+        ws.parallel_for(rows, grain, [&](Index begin, Index end) {
+          for (Index i = 0; i < n; ++i) f32::matvec(w.data(), cols, xp + i * xs, yp + i * ys, begin, end);
+        });
+        break;
+      case WeightFormat::BF16:
+        ws.parallel_for(rows, grain, [&](Index begin, Index end) {
+          for (Index i = 0; i < n; ++i) bf16::matvec(w.bf16_data(), cols, xp + i * xs, yp + i * ys, begin, end);
+        });
+        break;
+      case WeightFormat::Q8: {
+        const q8::View& v = w.q8_view();
+        ws.reserve_q8(n, cols);
+        for (Index i = 0; i < n; ++i) {
+          q8::quantize_activations(xp + i * xs, cols, ws.xq.data() + i * v.blocks * q8::kBlock, ws.xd.data() + i * v.blocks);
+        }
+        ws.parallel_for(rows, grain, [&](Index begin, Index end) {
+          for (Index i = 0; i < n; ++i) {
+            q8::matvec(v, ws.xq.data() + i * v.blocks * q8::kBlock, ws.xd.data() + i * v.blocks, yp + i * ys, begin, end);
+          }
+        });
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace minimind::kernels

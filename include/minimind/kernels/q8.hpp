@@ -1,0 +1,201 @@
+#pragma once
+// q8: int8 weights in blocks of 32 along each row, one float16 scale per block (ggml's Q8_0 in
+// spirit): w[r, c] ~ d[r, c / 32] * q[r, c]. A row of `cols` weights takes ceil(cols / 32) blocks,
+// the last padded with zeros. A matrix-vector product first quantizes the activation vector the
+// same way (float scales), then each block is one integer dot product of 32 int8 pairs, scaled
+// by d_w * d_x and summed in float32.
+#include "minimind/kernels/simd.hpp"
+#include "minimind/tensor.hpp"
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace minimind::kernels::q8 {
+
+inline constexpr Index kBlock = 32;
+inline Index blocks_for(Index cols) { return (cols + kBlock - 1) / kBlock; }
+
+inline uint16_t half_from_float(float f) {
+#if MINIMIND_AVX2
+  // Not _cvtss_sh: clang's macro for it is a C99 compound literal (-Wpedantic).
+  return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0));
+#else
+  return Eigen::numext::bit_cast<uint16_t>(Eigen::half(f));
+#endif
+}
+inline float half_to_float(uint16_t h) {
+#if MINIMIND_AVX2
+  return _cvtsh_ss(h);
+#else
+  return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(h));
+#endif
+}
+
+// A quantized matrix as the kernels see it: `q` [rows, blocks * 32], `d` [rows, blocks].
+struct View {
+  const int8_t* q = nullptr;
+  const uint16_t* d = nullptr;
+  Index rows = 0, cols = 0, blocks = 0;
+};
+
+// Quantizes one row of `cols` floats into q [blocks * 32] (zero padded) and float16 scales d.
+// The scale is rounded to float16 first and q is computed against the rounded scale.
+inline void quantize_row(const float* x, Index cols, int8_t* q, uint16_t* d) {
+  for (Index b = 0; b * kBlock < cols; ++b) {
+    const Index begin = b * kBlock, end = std::min(cols, begin + kBlock);
+    float amax = 0;
+    for (Index c = begin; c < end; ++c) amax = std::max(amax, std::abs(x[c]));
+    d[b] = half_from_float(amax / 127.0f);
+    const float scale = half_to_float(d[b]);
+    const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+    for (Index c = begin; c < begin + kBlock; ++c) {
+      const float v = c < end ? std::round(x[c] * inv) : 0.0f;
+      q[c] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+    }
+  }
+}
+
+// Activations: the same blocks with float scales (kept exact; only the weights are stored).
+inline void quantize_activations(const float* x, Index cols, int8_t* q, float* d) {
+  const Index blocks = blocks_for(cols);
+  for (Index b = 0; b < blocks; ++b) {
+    const Index begin = b * kBlock, end = std::min(cols, begin + kBlock);
+    // A non-finite activation (extreme weights overflow) makes the block's scale NaN, so the
+    // product comes out NaN as in f32; converting NaN to int8 would be undefined behaviour.
+    bool finite = true;
+    for (Index c = begin; c < end; ++c) finite &= std::isfinite(x[c]);
+    if (!finite) {
+      d[b] = std::numeric_limits<float>::quiet_NaN();
+      std::fill(q + begin, q + begin + kBlock, int8_t{0});
+      continue;
+    }
+    float amax = 0;
+#if MINIMIND_AVX2
+    if (end - begin == kBlock) {
+      const __m256 sign = _mm256_set1_ps(-0.0f);
+      __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin));
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin + 8)));
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin + 16)));
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin + 24)));
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_movehdup_ps(h));
+      amax = _mm_cvtss_f32(h);
+      d[b] = amax / 127.0f;
+      const __m256 inv = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+      __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin), inv));
+      __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin + 8), inv));
+      __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin + 16), inv));
+      __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin + 24), inv));
+      // Pack 32 int32 to int8; the packs interleave 128-bit lanes, the permute restores order.
+      const __m256i s01 = _mm256_packs_epi32(i0, i1);
+      const __m256i s23 = _mm256_packs_epi32(i2, i3);
+      __m256i bytes = _mm256_packs_epi16(s01, s23);
+      bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + begin), bytes);
+      continue;
+    }
+#endif
+    for (Index c = begin; c < end; ++c) amax = std::max(amax, std::abs(x[c]));
+    d[b] = amax / 127.0f;
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    for (Index c = begin; c < begin + kBlock; ++c) {
+      q[c] = c < end ? static_cast<int8_t>(std::clamp(std::nearbyint(x[c] * inv), -127.0f, 127.0f)) : int8_t{0};
+    }
+  }
+}
+
+// Row r widened to float: out [cols].
+inline void dequantize_row(const View& w, Index r, float* out) {
+  const int8_t* q = w.q + r * w.blocks * kBlock;
+  const uint16_t* d = w.d + r * w.blocks;
+  for (Index b = 0; b < w.blocks; ++b) {
+    const float scale = half_to_float(d[b]);
+    const Index begin = b * kBlock, end = std::min(w.cols, begin + kBlock);
+    Index c = begin;
+#if MINIMIND_AVX2
+    if (end - begin == kBlock) {
+      const __m256 s = _mm256_set1_ps(scale);
+      for (; c < end; c += 8) {
+        const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + c));
+        _mm256_storeu_ps(out + c, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8))));
+      }
+    }
+#endif
+    for (; c < end; ++c) out[c] = scale * static_cast<float>(q[c]);
+  }
+}
+
+// The plain reference: y[r] = sum_b d_w[r, b] d_x[b] sum_{c in b} q_w[r, c] q_x[c].
+inline void matvec_reference(const View& w, const int8_t* xq, const float* xd, float* y, Index begin, Index end) {
+  for (Index r = begin; r < end; ++r) {
+    double sum = 0;
+    for (Index b = 0; b < w.blocks; ++b) {
+      int32_t dot = 0;
+      for (Index c = b * kBlock; c < (b + 1) * kBlock; ++c) dot += int32_t{w.q[r * w.blocks * kBlock + c]} * xq[c];
+      sum += static_cast<double>(half_to_float(w.d[r * w.blocks + b])) * xd[b] * dot;
+    }
+    y[r] = static_cast<float>(sum);
+  }
+}
+
+inline float dot(const View& w, Index r, const int8_t* xq, const float* xd) {
+  const int8_t* q = w.q + r * w.blocks * kBlock;
+  const uint16_t* d = w.d + r * w.blocks;
+  float sum = 0;
+  for (Index b = 0; b < w.blocks; ++b) {
+    int32_t acc = 0;
+    for (Index c = 0; c < kBlock; ++c) acc += int32_t{q[b * kBlock + c]} * xq[b * kBlock + c];
+    sum += half_to_float(d[b]) * xd[b] * static_cast<float>(acc);
+  }
+  return sum;
+}
+
+// y[r] = W[r, :] . x for r in [begin, end), x given quantized (q8::quantize_activations).
+inline void matvec(const View& w, const int8_t* xq, const float* xd, float* y, Index begin, Index end) {
+  Index r = begin;
+#if MINIMIND_AVX2
+  const Index stride = w.blocks * kBlock;
+  const __m256i ones = _mm256_set1_epi16(1);
+  alignas(32) float scale[4][8];
+  for (; r + 4 <= end; r += 4) {
+    const int8_t* q0 = w.q + r * stride;
+    const uint16_t* d0 = w.d + r * w.blocks;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (Index b0 = 0; b0 < w.blocks; b0 += 8) {
+      const Index nb = std::min<Index>(8, w.blocks - b0);
+      // Combined scales d_w * d_x of up to 8 blocks for each of the 4 rows.
+      if (nb == 8) {
+        const __m256 xs = _mm256_loadu_ps(xd + b0);
+        for (int i = 0; i < 4; ++i) {
+          const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d0 + i * w.blocks + b0));
+          _mm256_store_ps(scale[i], _mm256_mul_ps(_mm256_cvtph_ps(h), xs));
+        }
+      } else {
+        for (int i = 0; i < 4; ++i)
+          for (Index b = 0; b < nb; ++b) scale[i][b] = half_to_float(d0[i * w.blocks + b0 + b]) * xd[b0 + b];
+      }
+      for (Index b = 0; b < nb; ++b) {
+        const Index off = (b0 + b) * kBlock;
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + off));
+        const __m256i ax = _mm256_sign_epi8(xv, xv);
+        for (int i = 0; i < 4; ++i) {
+          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0 + i * stride + off));
+          const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv, xv));
+          const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+          acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(scale[i][b]), p, acc[i]);
+        }
+      }
+    }
+    _mm_storeu_ps(y + r, hsum4(acc[0], acc[1], acc[2], acc[3]));
+  }
+#endif
+  for (; r < end; ++r) y[r] = dot(w, r, xq, xd);
+}
+
+}  // namespace minimind::kernels::q8

@@ -1,0 +1,31 @@
+#pragma once
+// What the fast kernels may assume about the CPU. With AVX2, FMA and F16C (compile with
+// -march=native or -mavx2 -mfma -mf16c) they use 256-bit intrinsics; without, they fall back to
+// plain loops that give the same results up to summation order.
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define MINIMIND_AVX2 1
+#include <immintrin.h>
+#else
+#define MINIMIND_AVX2 0
+#endif
+
+namespace minimind::kernels {
+
+#if MINIMIND_AVX2
+// Sum of the 8 lanes.
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+// The four lane sums of a, b, c, d as one 128-bit vector [sum a, sum b, sum c, sum d].
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_hadd_ps(a, b);  // a01 a23 b01 b23 | a45 a67 b45 b67
+  const __m256 cd = _mm256_hadd_ps(c, d);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0123 b0123 c0123 d0123 | a4567 ...
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+#endif
+
+}  // namespace minimind::kernels

@@ -1,0 +1,244 @@
+// The fast kernels (include/minimind/kernels/) against their plain references on random inputs:
+// each format's matrix-vector product, the prefill GEMM, the dispatching linear(), and the pool.
+#include <doctest/doctest.h>
+#include <minimind/minimind.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace minimind;
+
+namespace {
+
+MatrixRM<float> random_matrix(Index rows, Index cols, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  MatrixRM<float> m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
+  return m;
+}
+
+// The weight as the plain path sees it: every element widened to float.
+MatrixRM<float> widened(const Weight<float>& w) {
+  MatrixRM<float> m(w.rows(), w.cols());
+  for (Index r = 0; r < w.rows(); ++r) w.row_to(r, m.row(r).data());
+  return m;
+}
+
+// x after q8's per-block rounding of activations (what the q8 kernels multiply).
+MatrixRM<float> q8_rounded(const MatrixRM<float>& x) {
+  const Index blocks = kernels::q8::blocks_for(x.cols());
+  std::vector<int8_t> q(static_cast<size_t>(blocks * 32));
+  std::vector<float> d(static_cast<size_t>(blocks));
+  MatrixRM<float> out(x.rows(), x.cols());
+  for (Index r = 0; r < x.rows(); ++r) {
+    kernels::q8::quantize_activations(x.row(r).data(), x.cols(), q.data(), d.data());
+    for (Index c = 0; c < x.cols(); ++c) out(r, c) = d[static_cast<size_t>(c / 32)] * q[static_cast<size_t>(c)];
+  }
+  return out;
+}
+
+double max_abs(const MatrixRM<float>& a, const MatrixRM<float>& b) {
+  REQUIRE(a.rows() == b.rows());
+  REQUIRE(a.cols() == b.cols());
+  return (a - b).cwiseAbs().maxCoeff();
+}
+
+}  // namespace
+
+TEST_CASE("thread pool: every task runs once per call, ranges cover [0, count) exactly") {
+  for (int threads : {1, 2, 3}) {
+    kernels::ThreadPool pool(threads);
+    CHECK(pool.size() == threads);
+    for (int round = 0; round < 200; ++round) {
+      std::vector<std::atomic<int>> hits(1000);
+      const int64_t count = 1 + (round * 37) % 1000;
+      pool.parallel_for(count, 16, [&](int64_t begin, int64_t end) {
+        CHECK(begin % 16 == 0);
+        for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (int64_t i = 0; i < 1000; ++i) REQUIRE(hits[static_cast<size_t>(i)] == (i < count ? 1 : 0));
+    }
+    std::atomic<int> tasks{0};
+    pool.run([&](int t, int n) {
+      CHECK(n == threads);
+      CHECK(t < n);
+      tasks++;
+    });
+    CHECK(tasks == threads);
+    // A nested call runs inline instead of deadlocking.
+    std::atomic<int> inner{0};
+    pool.run([&](int, int) { pool.parallel_for(64, 1, [&](int64_t b, int64_t e) { inner += static_cast<int>(e - b); }); });
+    CHECK(inner == 64 * threads);
+  }
+}
+
+TEST_CASE("bf16 conversion rounds to nearest even and widens exactly") {
+  CHECK(kernels::bf16::from_float(1.0f) == 0x3F80);
+  CHECK(kernels::bf16::to_float(0x3F80) == 1.0f);
+  CHECK(kernels::bf16::to_float(kernels::bf16::from_float(-2.5f)) == -2.5f);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1).
+  CHECK(kernels::bf16::to_float(kernels::bf16::from_float(1.0f + 1.0f / 256)) == 1.0f);
+  CHECK(kernels::bf16::to_float(kernels::bf16::from_float(1.0f + 3.0f / 256)) == 1.0f + 4.0f / 256);
+  CHECK(std::isnan(kernels::bf16::to_float(kernels::bf16::from_float(std::nanf("")))));
+  const MatrixRM<float> m = random_matrix(3, 37, 1);
+  for (Index i = 0; i < m.size(); ++i) {
+    const float x = m.data()[i];
+    CHECK(std::abs(kernels::bf16::to_float(kernels::bf16::from_float(x)) - x) <= std::abs(x) * (1.0f / 256));
+  }
+}
+
+TEST_CASE("q8 quantization: blocks of 32, error within half a step of each block's scale") {
+  const Index cols = 100;  // 4 blocks, the last padded
+  const MatrixRM<float> m = random_matrix(5, cols, 2);
+  const Weight<float> w = Weight<float>::owned(m).to_format(WeightFormat::Q8);
+  CHECK(w.format() == WeightFormat::Q8);
+  CHECK(w.q8_view().blocks == 4);
+  CHECK(w.bytes() == 5u * 4u * 34u);
+  const MatrixRM<float> back = widened(w);
+  for (Index r = 0; r < m.rows(); ++r) {
+    for (Index b = 0; b < 4; ++b) {
+      const Index begin = b * 32, len = std::min<Index>(32, cols - begin);
+      const float amax = m.row(r).segment(begin, len).cwiseAbs().maxCoeff();
+      const float err = (m.row(r).segment(begin, len) - back.row(r).segment(begin, len)).cwiseAbs().maxCoeff();
+      CHECK(err <= amax / 127.0f * 0.5f * 1.01f + 1e-6f);
+    }
+  }
+  // Padding is zero, so it adds nothing to a dot product.
+  for (Index c = cols; c < 128; ++c) CHECK(w.q8_view().q[c] == 0);
+
+  // Activations: float scales, same blocks; the vectorized path matches the scalar rule.
+  std::vector<int8_t> q(128);
+  std::vector<float> d(4);
+  kernels::q8::quantize_activations(m.row(0).data(), cols, q.data(), d.data());
+  for (Index c = 0; c < cols; ++c) {
+    const float expected = m(0, c) / d[static_cast<size_t>(c / 32)];
+    CHECK(std::abs(q[static_cast<size_t>(c)] - expected) <= 0.5f + 1e-3f);
+  }
+}
+
+TEST_CASE("matrix-vector kernels match their references on random inputs") {
+  for (Index cols : {8, 32, 64, 100, 512, 1408}) {
+    for (Index rows : {1, 3, 4, 17, 64}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const MatrixRM<float> m = random_matrix(rows, cols, static_cast<uint32_t>(rows * 1000 + cols), 0.05f);
+      const MatrixRM<float> x = random_matrix(1, cols, 7);
+      std::vector<float> ref(static_cast<size_t>(rows)), got(static_cast<size_t>(rows));
+
+      kernels::f32::matvec_reference(m.data(), cols, x.data(), ref.data(), 0, rows);
+      kernels::f32::matvec(m.data(), cols, x.data(), got.data(), 0, rows);
+      for (Index r = 0; r < rows; ++r) CHECK(got[r] == doctest::Approx(ref[r]).epsilon(1e-5).scale(1));
+
+      const Weight<float> b = Weight<float>::owned(m).to_format(WeightFormat::BF16);
+      kernels::bf16::matvec_reference(b.bf16_data(), cols, x.data(), ref.data(), 0, rows);
+      kernels::bf16::matvec(b.bf16_data(), cols, x.data(), got.data(), 0, rows);
+      for (Index r = 0; r < rows; ++r) CHECK(got[r] == doctest::Approx(ref[r]).epsilon(1e-5).scale(1));
+
+      const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
+      const Index blocks = kernels::q8::blocks_for(cols);
+      std::vector<int8_t> xq(static_cast<size_t>(blocks * 32));
+      std::vector<float> xd(static_cast<size_t>(blocks));
+      kernels::q8::quantize_activations(x.data(), cols, xq.data(), xd.data());
+      kernels::q8::matvec_reference(q.q8_view(), xq.data(), xd.data(), ref.data(), 0, rows);
+      kernels::q8::matvec(q.q8_view(), xq.data(), xd.data(), got.data(), 0, rows);
+      for (Index r = 0; r < rows; ++r) CHECK(got[r] == doctest::Approx(ref[r]).epsilon(1e-5).scale(1));
+      // A sub-range writes only its rows.
+      if (rows > 4) {
+        std::vector<float> part(static_cast<size_t>(rows), -7.0f);
+        kernels::q8::matvec(q.q8_view(), xq.data(), xd.data(), part.data(), 1, rows - 1);
+        CHECK(part[0] == -7.0f);
+        CHECK(part[static_cast<size_t>(rows - 1)] == -7.0f);
+        CHECK(part[1] == doctest::Approx(ref[1]).epsilon(1e-5).scale(1));
+      }
+    }
+  }
+}
+
+TEST_CASE("linear(): every format, decode and prefill, 1 and 2 threads, against the plain Eigen product") {
+  // The plain product on the widened weight (and, for q8, on the rounded activations).
+  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+    for (int threads : {1, 2}) {
+      kernels::ThreadPool pool(threads);
+      kernels::Workspace work;
+      work.pool = &pool;
+      for (Index n : {1, 2, 3, 7, 33}) {
+        for (auto [rows, cols] : {std::pair<Index, Index>{64, 48}, {200, 64}, {1408, 512}, {96, 1408}}) {
+          CAPTURE(std::string(format_name(format)));
+          CAPTURE(threads);
+          CAPTURE(n);
+          CAPTURE(rows);
+          CAPTURE(cols);
+          const Weight<float> w = Weight<float>::owned(random_matrix(rows, cols, 11, 1.0f / std::sqrt(float(cols)))).to_format(format);
+          const MatrixRM<float> x = random_matrix(n + 2, cols + 5, 12);  // a block with an outer stride
+          const auto xb = x.topLeftCorner(n, cols);
+          const MatrixRM<float> expected =
+              (format == WeightFormat::Q8 ? q8_rounded(xb) : MatrixRM<float>(xb)) * widened(w).transpose();
+          MatrixRM<float> out = MatrixRM<float>::Constant(n + 1, rows + 3, 99.0f);
+          kernels::linear(xb, w, out.topLeftCorner(n, rows), work);
+          CHECK(max_abs(out.topLeftCorner(n, rows), expected) <= 3e-5);
+          CHECK((out.rightCols(3).array() == 99.0f).all());  // nothing outside the block is written
+          CHECK((out.bottomRows(1).array() == 99.0f).all());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("tied matrix in bf16 and q8: one tensor for lookup and lm_head") {
+  for (WeightFormat format : {WeightFormat::BF16, WeightFormat::Q8}) {
+    const MatrixRM<float> e = random_matrix(50, 64, 3);
+    TiedEmbedding<float> tied(Weight<float>::owned(e).to_format(format));
+    CHECK(tied.weight().format() == format);
+    const RowVector<float> row = tied.lookup(7);
+    RowVector<float> expected(64);
+    tied.weight().row_to(7, expected.data());
+    CHECK(row == expected);
+    CHECK((row - e.row(7)).cwiseAbs().maxCoeff() < 0.05);
+    // lm_head of the looked-up row scores that row highest.
+    const RowVector<float> logits = tied.logits(row);
+    Index best = -1;
+    logits.maxCoeff(&best);
+    CHECK(best == 7);
+    CHECK_THROWS_AS(tied.mutable_weight(), Error);
+  }
+}
+
+TEST_CASE("random models: bf16 and q8 logits stay near f32; the tied matrix is one tensor in every format") {
+  Config c = Config::minimind2_small();
+  c.num_hidden_layers = 2;
+  const auto f32 = MiniMindForCausalLM<float>::random(c, 5);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 24; ++i) ids.push_back((i * 977 + 3) % 6400);
+  const MatrixRM<float> reference = f32.forward(ids);
+  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+    for (int threads : {1, 2}) {
+      CAPTURE(std::string(format_name(format)));
+      CAPTURE(threads);
+      const auto model = MiniMindForCausalLM<float>::random(c, 5, {format, threads});
+      CHECK(model.format() == format);
+      CHECK(model.threads() == threads);
+      CHECK(model.is_tied());
+      CHECK(&model.lm_head() == &model.model.embed_tokens);
+      CHECK(model.num_parameters() == f32.num_parameters());
+      const MatrixRM<float> got = model.forward(ids);
+      const double diff = max_abs(got, reference);
+      MESSAGE(std::string(format_name(format)) << " x" << threads << ": max |logit - f32 logit| " << diff);
+      CHECK(diff <= (format == WeightFormat::F32 ? 1e-4 : format == WeightFormat::BF16 ? 0.05 : 0.2));
+      // Cached decode agrees with the full recompute in every format.
+      auto session = model.new_session(static_cast<Index>(ids.size()));
+      double step = 0;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        auto row = model.forward(session, std::span<const int32_t>(&ids[i], 1));
+        step = std::max(step, static_cast<double>((row.row(0) - got.row(static_cast<Index>(i))).cwiseAbs().maxCoeff()));
+      }
+      // q8 rounds activations to integers, so a 1e-7 difference in summation order between the
+      // batched and the one-token path can move a value across a rounding boundary.
+      CHECK(step <= (format == WeightFormat::Q8 ? 0.1 : 1e-4));
+    }
+  }
+  const auto q8 = MiniMindForCausalLM<float>::random(c, 5, {WeightFormat::Q8, 1});
+  CHECK(q8.weight_bytes() < f32.weight_bytes() / 3);
+}

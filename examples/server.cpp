@@ -446,7 +446,7 @@ class Server {
   Server(const cli::Checkpoint& checkpoint, std::string model_id, int slots, minimind::Index context, size_t max_queue)
       : checkpoint_(checkpoint),
         tokenizer_(checkpoint.require_tokenizer()),
-        template_(tokenizer_.chat_template()),
+        template_(load_template(tokenizer_)),
         model_id_(std::move(model_id)),
         context_(context),
         slots_(checkpoint.model, slots, context, max_queue),
@@ -473,6 +473,17 @@ class Server {
   Slots& slots() { return slots_; }
 
  private:
+  // A checkpoint whose chat template the library cannot render still serves /v1/completions.
+  std::optional<minimind::ChatTemplate> load_template(const minimind::Tokenizer& tokenizer) {
+    try {
+      return minimind::ChatTemplate(tokenizer.chat_template());
+    } catch (const minimind::Error& e) {
+      template_error_ = std::string("/v1/chat/completions is not available: ") + e.what();
+      std::fprintf(stderr, "minimind-server: warning: %s\n", template_error_.c_str());
+      return std::nullopt;
+    }
+  }
+
   Json model_json() const { return {{"id", model_id_}, {"object", "model"}, {"created", created_}, {"owned_by", "minimind"}}; }
 
   void handle(Kind kind, const httplib::Request& req, httplib::Response& res) {
@@ -482,13 +493,25 @@ class Server {
       if (kind == Kind::Chat) {
         minimind::ChatOptions options;
         options.add_generation_prompt = true;
-        prompt = tokenizer_.encode(template_.render(parse_messages(body), options));
+        if (!template_) throw ApiError(500, template_error_, "server_error");
+        std::string text;
+        try {
+          text = template_->render(parse_messages(body), options);
+        } catch (const minimind::Error& e) {
+          throw bad_param("messages", e.what());  // an order of turns the template refuses
+        }
+        prompt = tokenizer_.encode(text);
       } else {
         prompt = parse_prompt(body, tokenizer_);
       }
       auto job = std::make_shared<Job>(parse_job(body, std::move(prompt), checkpoint_.generation, context_, checkpoint_.model.config().vocab_size));
-      const Connection connection = Connection::of(req);
-      auto lease = slots_.acquire([&] { return connection.closed(); });  // may wait, or throw 503
+      // Found on first use: a request answered 503 at once never needs it.
+      std::optional<Connection> connection;
+      auto client_gone = [&] {
+        if (!connection) connection = Connection::of(req);
+        return connection->closed();
+      };
+      auto lease = slots_.acquire(client_gone);  // may wait, or throw 503
       if (!lease) {
         std::fprintf(stderr, "minimind-server: %s: client disconnected while queued\n", kind == Kind::Chat ? "chat" : "completion");
         return send_error(res, ApiError(503, "the client closed the connection", "server_error"));  // read by no one
@@ -500,7 +523,7 @@ class Server {
       std::string text;
       const Outcome outcome = run(*job, lease->session(), [&](std::string_view piece) {
         text += piece;
-        return !connection.closed();
+        return !client_gone();
       });
       lease->release();
       log(kind, outcome);
@@ -630,7 +653,8 @@ class Server {
 
   const cli::Checkpoint& checkpoint_;
   const minimind::Tokenizer& tokenizer_;
-  const minimind::ChatTemplate template_;
+  std::string template_error_;
+  const std::optional<minimind::ChatTemplate> template_;
   const std::string model_id_;
   const minimind::Index context_;
   Slots slots_;
@@ -716,7 +740,9 @@ int run(int argc, char** argv) {
   const int64_t max_context = checkpoint.model.config().max_position_embeddings;
   const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, 4096));
   if (context < 2 || context > max_context) throw cli::UsageError("--ctx must be in [2, " + std::to_string(max_context) + "]");
-  std::string model_id = std::filesystem::weakly_canonical(dir).filename().string();
+  // The model's name in the API: its directory's, or a weights file's without the extension.
+  const auto resolved = std::filesystem::weakly_canonical(dir);
+  std::string model_id = (std::filesystem::is_regular_file(resolved) ? resolved.stem() : resolved.filename()).string();
   if (model_id.empty()) model_id = "minimind";
 
   Server server(checkpoint, model_id, static_cast<int>(slots), context, static_cast<size_t>(queue));

@@ -630,3 +630,16 @@ TEST_CASE("minimind-server: a full queue gives 503, a client that hangs up frees
   REQUIRE(!chunks.empty());
   CHECK(chunks.back()["error"]["code"] == "shutting_down");
 }
+
+TEST_CASE("minimind-server: a chat template the library cannot render leaves /v1/completions working") {
+  const auto model_dir = write_slow_checkpoint();
+  Json tokenizer_config = Json::parse(read_file(model_dir / "tokenizer_config.json"));
+  tokenizer_config["chat_template"] = "{{ messages[0]['content'] }}";
+  write_file(model_dir / "tokenizer_config.json", tokenizer_config.dump());
+  ServerProcess server("custom_template", {"--model", model_dir.string(), "--slots", "1"});
+  const Json chat = post_json(server, "/v1/chat/completions", chat_request("你好", 2), 500);
+  check_error_body(chat, "server_error", nullptr);
+  CHECK(chat["error"]["message"].get<std::string>().find("chat template") != std::string::npos);
+  CHECK(post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 2}})["usage"]["completion_tokens"].get<int>() <= 2);
+  CHECK(server.stop(SIGTERM) == 0);
+}

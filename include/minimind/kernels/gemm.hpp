@@ -1,10 +1,19 @@
 #pragma once
 // Matrix-matrix products for prefill: Y [n, rows] = X [n, cols] W^T with W held in any format.
-// The weight rows are split across the thread pool; each thread multiplies its slice with
-// Eigen's blocked GEMM (Eigen's own threading is not used). bf16 and q8 weights are first
-// widened, a panel of rows at a time, into a per-thread f32 buffer that stays in L2.
+//
+// The prompt's activations X are packed once per product into panels of 16 positions, k-major
+// (Xp[panel][k][16]): the one transposition is of the small operand. A micro-kernel then computes
+// a 6-weight-row x 16-position tile with 12 AVX2 accumulators: per k it broadcasts one weight of
+// each of the 6 rows and multiplies two vectors of Xp. f32 weights are read in place; bf16 and q8
+// rows are widened, 6 rows x KC columns at a time, into a small per-thread buffer that stays in
+// L1. The result is accumulated in a per-thread transposed tile buffer (rows x positions, so
+// tile stores are whole vectors) over blocks of KC columns, and transposed into Y at the end.
+// Weight rows are split across the thread pool, so every weight is read from memory once.
+//
+// Without AVX2 the product falls back to Eigen's GEMM on widened panels.
 #include "minimind/kernels/bf16.hpp"
 #include "minimind/kernels/q8.hpp"
+#include "minimind/kernels/simd.hpp"
 #include "minimind/kernels/thread_pool.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/weights.hpp"
@@ -16,77 +25,276 @@
 
 namespace minimind::kernels {
 
+using AlignedFloats = std::vector<float, Eigen::aligned_allocator<float>>;
+
 struct GemmScratch {
-  std::vector<std::vector<float>> panels;  // one f32 panel per thread
-  std::vector<float> x;                    // q8: the activations after rounding to q8 blocks
-  std::vector<int8_t> xq;
+  AlignedFloats xp;                 // X packed in panels of 16 positions
+  std::vector<AlignedFloats> ct;    // per thread: its rows of Y^T [rows, positions rounded up to 16]
+  std::vector<AlignedFloats> wbuf;  // per thread: 6 widened weight rows x KC
+  AlignedFloats rounded;            // q8: the activations after q8 rounding [n, cols]
+  std::vector<int8_t> xq;           // q8: one row of activations quantized
   std::vector<float> xd;
 };
 
-namespace detail {
-using StridedMap = Eigen::Map<MatrixRM<float>, 0, Eigen::OuterStride<>>;
-using ConstStridedMap = Eigen::Map<const MatrixRM<float>, 0, Eigen::OuterStride<>>;
+namespace gemm_detail {
 
-// Widens rows [begin, end) of w into panel [end - begin, cols].
-inline void widen_rows(const Weight<float>& w, Index begin, Index end, float* panel) {
+inline constexpr Index kPanel = 16;  // positions per panel
+inline constexpr Index kRows = 6;    // weight rows per micro-kernel
+inline constexpr Index kKc = 256;    // columns per block
+
+inline void ensure(AlignedFloats& v, Index n) {
+  if (static_cast<Index>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+// Widens weight rows [r, r + mr), columns [k0, k0 + kc) into out [mr, kc].
+inline void widen_block(const Weight<float>& w, Index r, Index mr, Index k0, Index kc, float* out) {
   const Index cols = w.cols();
-  for (Index r = begin; r < end; ++r) {
-    if (w.format() == WeightFormat::BF16) bf16::to_float(w.bf16_data() + r * cols, panel + (r - begin) * cols, cols);
-    else w.row_to(r, panel + (r - begin) * cols);
+  for (Index i = 0; i < mr; ++i) {
+    if (w.format() == WeightFormat::BF16) {
+      bf16::to_float(w.bf16_data() + (r + i) * cols + k0, out + i * kc, kc);
+    } else {
+      // q8: k0 and kc are multiples of 32 except at the end of the row.
+      const q8::View& v = w.q8_view();
+      const int8_t* q = v.q + (r + i) * v.blocks * q8::kBlock;
+      const uint16_t* d = v.d + (r + i) * v.blocks;
+      for (Index c = 0; c < kc; c += q8::kBlock) {
+        const Index b = (k0 + c) / q8::kBlock, len = std::min(q8::kBlock, kc - c);
+        const float scale = q8::half_to_float(d[b]);
+        Index j = 0;
+#if MINIMIND_AVX2
+        const __m256 s = _mm256_set1_ps(scale);
+        for (; j + 8 <= len; j += 8) {
+          const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k0 + c + j));
+          _mm256_storeu_ps(out + i * kc + c + j, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8))));
+        }
+#endif
+        for (; j < len; ++j) out[i * kc + c + j] = scale * static_cast<float>(q[k0 + c + j]);
+      }
+    }
   }
 }
-}  // namespace detail
+
+#if MINIMIND_AVX2
+inline void store_tile_row(float* c, __m256 lo, __m256 hi, bool accumulate) {
+  if (accumulate) {
+    lo = _mm256_add_ps(lo, _mm256_load_ps(c));
+    hi = _mm256_add_ps(hi, _mm256_load_ps(c + 8));
+  }
+  _mm256_store_ps(c, lo);
+  _mm256_store_ps(c + 8, hi);
+}
+
+// The full tile, written out so that all 12 accumulators stay in registers:
+// ct[i][0..16) (+)= sum_k w[i][k] * xp[k][0..16) for i < 6.
+inline void micro_kernel_6(Index kc, const float* w, Index ws, const float* xp, float* ct, Index cs, bool accumulate) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const float *w0 = w, *w1 = w + ws, *w2 = w + 2 * ws, *w3 = w + 3 * ws, *w4 = w + 4 * ws, *w5 = w + 5 * ws;
+  for (Index k = 0; k < kc; ++k, xp += kPanel) {
+    const __m256 x0 = _mm256_load_ps(xp), x1 = _mm256_load_ps(xp + 8);
+    __m256 b = _mm256_broadcast_ss(w0 + k);
+    c00 = _mm256_fmadd_ps(b, x0, c00);
+    c01 = _mm256_fmadd_ps(b, x1, c01);
+    b = _mm256_broadcast_ss(w1 + k);
+    c10 = _mm256_fmadd_ps(b, x0, c10);
+    c11 = _mm256_fmadd_ps(b, x1, c11);
+    b = _mm256_broadcast_ss(w2 + k);
+    c20 = _mm256_fmadd_ps(b, x0, c20);
+    c21 = _mm256_fmadd_ps(b, x1, c21);
+    b = _mm256_broadcast_ss(w3 + k);
+    c30 = _mm256_fmadd_ps(b, x0, c30);
+    c31 = _mm256_fmadd_ps(b, x1, c31);
+    b = _mm256_broadcast_ss(w4 + k);
+    c40 = _mm256_fmadd_ps(b, x0, c40);
+    c41 = _mm256_fmadd_ps(b, x1, c41);
+    b = _mm256_broadcast_ss(w5 + k);
+    c50 = _mm256_fmadd_ps(b, x0, c50);
+    c51 = _mm256_fmadd_ps(b, x1, c51);
+  }
+  store_tile_row(ct, c00, c01, accumulate);
+  store_tile_row(ct + cs, c10, c11, accumulate);
+  store_tile_row(ct + 2 * cs, c20, c21, accumulate);
+  store_tile_row(ct + 3 * cs, c30, c31, accumulate);
+  store_tile_row(ct + 4 * cs, c40, c41, accumulate);
+  store_tile_row(ct + 5 * cs, c50, c51, accumulate);
+}
+
+// The same for the last 1..5 rows of a range, one row at a time (a small share of the work).
+inline void micro_kernel_1(Index kc, const float* w, const float* xp, float* ct, bool accumulate) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+  Index k = 0;
+  for (; k + 2 <= kc; k += 2) {
+    const __m256 u = _mm256_broadcast_ss(w + k), v = _mm256_broadcast_ss(w + k + 1);
+    a0 = _mm256_fmadd_ps(u, _mm256_load_ps(xp + k * kPanel), a0);
+    a1 = _mm256_fmadd_ps(u, _mm256_load_ps(xp + k * kPanel + 8), a1);
+    b0 = _mm256_fmadd_ps(v, _mm256_load_ps(xp + (k + 1) * kPanel), b0);
+    b1 = _mm256_fmadd_ps(v, _mm256_load_ps(xp + (k + 1) * kPanel + 8), b1);
+  }
+  for (; k < kc; ++k) {
+    const __m256 u = _mm256_broadcast_ss(w + k);
+    a0 = _mm256_fmadd_ps(u, _mm256_load_ps(xp + k * kPanel), a0);
+    a1 = _mm256_fmadd_ps(u, _mm256_load_ps(xp + k * kPanel + 8), a1);
+  }
+  store_tile_row(ct, _mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1), accumulate);
+}
+
+inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, const float* xp, float* ct,
+                         Index ct_stride, bool accumulate) {
+  if (mr == kRows) {
+    micro_kernel_6(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    return;
+  }
+  for (Index i = 0; i < mr; ++i) micro_kernel_1(kc, w + i * w_stride, xp, ct + i * ct_stride, accumulate);
+}
+
+// 8x8 transpose of rows src[i * src_stride + 0..8) into dst[j * dst_stride + 0..8).
+inline void transpose8(const float* src, Index src_stride, float* dst, Index dst_stride) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(dst + 0 * dst_stride, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(dst + 1 * dst_stride, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(dst + 2 * dst_stride, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(dst + 3 * dst_stride, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(dst + 4 * dst_stride, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(dst + 5 * dst_stride, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(dst + 6 * dst_stride, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(dst + 7 * dst_stride, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#endif
+
+// Packs positions [p * 16, p * 16 + 16) of x (rows of `cols`, zero beyond n) into xp panel p.
+inline void pack_panel(const float* x, Index x_stride, Index n, Index cols, Index p, float* xp) {
+  float* dst = xp + p * cols * kPanel;
+  const Index first = p * kPanel;
+  Index k = 0;
+#if MINIMIND_AVX2
+  if (first + kPanel <= n) {
+    for (; k + 8 <= cols; k += 8) {
+      transpose8(x + first * x_stride + k, x_stride, dst + k * kPanel, kPanel);
+      transpose8(x + (first + 8) * x_stride + k, x_stride, dst + k * kPanel + 8, kPanel);
+    }
+  }
+#endif
+  for (; k < cols; ++k) {
+    for (Index j = 0; j < kPanel; ++j) dst[k * kPanel + j] = first + j < n ? x[(first + j) * x_stride + k] : 0.0f;
+  }
+}
+
+// y[i][r0 + r] = ct[r][i] for r < rows, i < n.
+inline void unpack(const float* ct, Index ct_stride, Index rows, Index n, float* y, Index y_stride) {
+  Index r = 0;
+#if MINIMIND_AVX2
+  for (; r + 8 <= rows; r += 8) {
+    Index i = 0;
+    for (; i + 8 <= n; i += 8) transpose8(ct + r * ct_stride + i, ct_stride, y + i * y_stride + r, y_stride);
+    for (; i < n; ++i)
+      for (Index j = 0; j < 8; ++j) y[i * y_stride + r + j] = ct[(r + j) * ct_stride + i];
+  }
+#endif
+  for (; r < rows; ++r)
+    for (Index i = 0; i < n; ++i) y[i * y_stride + r] = ct[r * ct_stride + i];
+}
+
+}  // namespace gemm_detail
 
 inline void gemm(const float* x, Index x_stride, Index n, const Weight<float>& w, float* y, Index y_stride,
                  GemmScratch& scratch, ThreadPool* pool) {
+  using namespace gemm_detail;
   const Index rows = w.rows(), cols = w.cols();
   const int threads = pool ? pool->size() : 1;
+  const Index panels = (n + kPanel - 1) / kPanel, npad = panels * kPanel;
+
+  // q8: the activations first go through the same per-block rounding as in the matrix-vector
+  // kernel, so prefill and decode compute the same function.
   if (w.format() == WeightFormat::Q8) {
-    // The activations go through the same per-block rounding as in the matrix-vector kernel, so
-    // prefill and decode compute the same function.
-    const Index blocks = q8::blocks_for(cols), padded = blocks * q8::kBlock;
-    scratch.x.resize(static_cast<size_t>(n * padded));
-    scratch.xq.resize(static_cast<size_t>(padded));
+    const Index blocks = q8::blocks_for(cols);
+    scratch.xq.resize(static_cast<size_t>(blocks * q8::kBlock));
     scratch.xd.resize(static_cast<size_t>(blocks));
+    ensure(scratch.rounded, n * cols);
+    float* rounded = scratch.rounded.data();
     for (Index i = 0; i < n; ++i) {
       q8::quantize_activations(x + i * x_stride, cols, scratch.xq.data(), scratch.xd.data());
-      for (Index b = 0; b < blocks; ++b) {
-        for (Index c = b * q8::kBlock; c < (b + 1) * q8::kBlock; ++c) {
-          scratch.x[static_cast<size_t>(i * padded + c)] = scratch.xd[static_cast<size_t>(b)] * scratch.xq[static_cast<size_t>(c)];
+      for (Index c = 0; c < cols; ++c) {
+        rounded[i * cols + c] = scratch.xd[static_cast<size_t>(c / q8::kBlock)] * scratch.xq[static_cast<size_t>(c)];
+      }
+    }
+    x = rounded;
+    x_stride = cols;
+  }
+
+#if MINIMIND_AVX2
+  ensure(scratch.xp, panels * cols * kPanel);
+  float* xp = scratch.xp.data();
+  if (static_cast<int>(scratch.ct.size()) < threads) scratch.ct.resize(static_cast<size_t>(threads));
+  if (static_cast<int>(scratch.wbuf.size()) < threads) scratch.wbuf.resize(static_cast<size_t>(threads));
+
+  auto pack = [&](Index begin, Index end) {
+    for (Index p = begin; p < end; ++p) pack_panel(x, x_stride, n, cols, p, xp);
+  };
+  auto compute = [&](Index r0, Index r1, int t) {
+    AlignedFloats& ct = scratch.ct[static_cast<size_t>(t)];
+    ensure(ct, (r1 - r0) * npad);
+    float* wbuf = nullptr;
+    if (w.format() != WeightFormat::F32) {
+      ensure(scratch.wbuf[static_cast<size_t>(t)], kRows * kKc);
+      wbuf = scratch.wbuf[static_cast<size_t>(t)].data();
+    }
+    for (Index k0 = 0; k0 < cols; k0 += kKc) {
+      const Index kc = std::min(kKc, cols - k0);
+      for (Index r = r0; r < r1; r += kRows) {
+        const Index mr = std::min(kRows, r1 - r);
+        const float* wp;
+        Index ws;
+        if (w.format() == WeightFormat::F32) {
+          wp = w.data() + r * cols + k0;
+          ws = cols;
+        } else {
+          widen_block(w, r, mr, k0, kc, wbuf);
+          wp = wbuf;
+          ws = kc;
+        }
+        float* c = ct.data() + (r - r0) * npad;
+        for (Index p = 0; p < panels; ++p) {
+          micro_kernel(mr, kc, wp, ws, xp + p * cols * kPanel + k0 * kPanel, c + p * kPanel, npad, k0 > 0);
         }
       }
     }
-    x = scratch.x.data();
-    x_stride = padded;
-  }
-  const detail::ConstStridedMap X(x, n, cols, Eigen::OuterStride<>(x_stride));
-  // Panel height: about 128 KiB of f32 per panel, a multiple of 16 rows.
-  const Index panel_rows = std::max<Index>(16, (32768 / std::max<Index>(cols, 1)) / 16 * 16);
-  if (w.format() != WeightFormat::F32 && static_cast<int>(scratch.panels.size()) < threads) scratch.panels.resize(threads);
-  auto body = [&](Index begin, Index end, int t) {
-    detail::StridedMap Y(y, n, rows, Eigen::OuterStride<>(y_stride));
-    if (w.format() == WeightFormat::F32) {
-      Y.middleCols(begin, end - begin).noalias() = X * w.matrix().middleRows(begin, end - begin).transpose();
-      return;
-    }
-    std::vector<float>& panel = scratch.panels[static_cast<size_t>(t)];
-    if (panel.size() < static_cast<size_t>(panel_rows * cols)) panel.resize(static_cast<size_t>(panel_rows * cols));
-    for (Index p = begin; p < end; p += panel_rows) {
-      const Index h = std::min(panel_rows, end - p);
-      detail::widen_rows(w, p, p + h, panel.data());
-      const detail::ConstStridedMap P(panel.data(), h, cols, Eigen::OuterStride<>(cols));
-      Y.middleCols(p, h).noalias() = X * P.transpose();
-    }
+    unpack(ct.data(), npad, r1 - r0, n, y + r0, y_stride);
   };
   if (!pool || threads == 1) {
-    body(0, rows, 0);
+    pack(0, panels);
+    compute(0, rows, 0);
     return;
   }
-  pool->run([&](int t, int nt) {
-    const Index chunks = (rows + 15) / 16;
-    const Index begin = std::min(rows, chunks * t / nt * 16), end = std::min(rows, chunks * (t + 1) / nt * 16);
-    if (begin < end) body(begin, end, t);
-  });
+  pool->parallel_for(panels, 1, pack);
+  pool->parallel_for_indexed(rows, kRows, compute);
+#else
+  // Portable fallback: Eigen's GEMM on widened rows.
+  using ConstStrided = Eigen::Map<const MatrixRM<float>, 0, Eigen::OuterStride<>>;
+  using Strided = Eigen::Map<MatrixRM<float>, 0, Eigen::OuterStride<>>;
+  const ConstStrided X(x, n, cols, Eigen::OuterStride<>(x_stride));
+  Strided Y(y, n, rows, Eigen::OuterStride<>(y_stride));
+  if (w.format() == WeightFormat::F32) {
+    Y.noalias() = X * w.matrix().transpose();
+    return;
+  }
+  (void)pool;
+  (void)threads;
+  MatrixRM<float> panel(std::min<Index>(rows, 64), cols);
+  for (Index r = 0; r < rows; r += panel.rows()) {
+    const Index h = std::min(panel.rows(), rows - r);
+    for (Index i = 0; i < h; ++i) w.row_to(r + i, panel.row(i).data());
+    Y.middleCols(r, h).noalias() = X * panel.topRows(h).transpose();
+  }
+#endif
 }
 
 }  // namespace minimind::kernels

@@ -165,7 +165,7 @@ void encode_jsonl(const minimind::Tokenizer& tokenizer, const std::string& path)
     nlohmann::json entry;
     try {
       entry = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& error) {
+    } catch (const nlohmann::json::exception& error) {  // parse_error, and out_of_range for 1e999
       fail(std::string("not valid JSON (") + error.what() + ")");
     }
     if (!entry.is_object() || !entry.contains("text") || !entry["text"].is_string()) {

@@ -5,6 +5,8 @@
 
 #include "checkpoint_writer.hpp"
 
+#include <limits>
+
 using namespace minimind;
 using namespace minimind::testing;
 
@@ -121,4 +123,86 @@ TEST_CASE("a missing or malformed config.json names the file") {
   CHECK_THROWS_WITH_AS(Config::from_pretrained(dir), doctest::Contains("config.json: missing"), Error);
   write_file(dir / "config.json", "{\"hidden_size\": 64,");
   CHECK_THROWS_WITH_AS(Config::from_pretrained(dir), doctest::Contains("config.json: malformed JSON"), Error);
+}
+
+TEST_CASE("a truncated config.json at every eighth of its length names the file") {
+  const auto dir = scratch_dir("config_truncated");
+  const std::string text = tiny_config().dump(2);
+  for (int eighth = 0; eighth < 8; ++eighth) {
+    CAPTURE(eighth);
+    write_file(dir / "config.json", text.substr(0, text.size() * eighth / 8));
+    CHECK_THROWS_WITH_AS(Config::from_pretrained(dir), doctest::Contains(((dir / "config.json").string() + ": malformed JSON").c_str()), Error);
+  }
+  write_file(dir / "config.json", text);
+  CHECK(Config::from_pretrained(dir).hidden_size == 8);
+}
+
+TEST_CASE("dimensions of 0, negative or beyond any model are refused, naming the field") {
+  for (const char* field : {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                            "head_dim", "intermediate_size", "max_position_embeddings"}) {
+    CAPTURE(field);
+    for (const int64_t bad : {int64_t{0}, int64_t{-1}, int64_t{-4096}}) {
+      auto json = tiny_config();
+      json[field] = bad;
+      CHECK_THROWS_WITH_AS(parse(json), doctest::Contains((std::string("field \"") + field + "\" must be positive, got " + std::to_string(bad)).c_str()),
+                           Error);
+    }
+    auto json = tiny_config();
+    json[field] = int64_t{1} << 40;  // products of two such would overflow int64 further on
+    CHECK_THROWS_WITH_AS(parse(json), doctest::Contains((std::string("field \"") + field + "\" is 1099511627776, larger than any model").c_str()),
+                         Error);
+  }
+  auto moe = tiny_config();
+  moe["use_moe"] = true;
+  moe["n_routed_experts"] = -2;
+  CHECK_THROWS_WITH_AS(parse(moe), doctest::Contains("\"num_experts\" must not be negative"), Error);
+}
+
+TEST_CASE("numbers an int64 cannot hold are out of range, not undefined behaviour or a wrap") {
+  auto json = tiny_config();
+  json["hidden_size"] = 1e300;
+  CHECK_THROWS_WITH_AS(parse(json), doctest::Contains("field \"hidden_size\" is out of range (1e+300)"), Error);
+  json["hidden_size"] = 18446744073709551615ull;  // would wrap to -1
+  CHECK_THROWS_WITH_AS(parse(json), doctest::Contains("field \"hidden_size\" is out of range (18446744073709551615)"), Error);
+  json["hidden_size"] = -9.3e18;
+  CHECK_THROWS_WITH_AS(parse(json), doctest::Contains("out of range"), Error);
+  json["hidden_size"] = 8.0;  // a whole float is an integer
+  CHECK(parse(json).hidden_size == 8);
+  json["hidden_size"] = 8.5;
+  CHECK_THROWS_WITH_AS(parse(json), doctest::Contains("field \"hidden_size\" has the wrong type"), Error);
+}
+
+TEST_CASE("rope_scaling values that would make every angle NaN are refused") {
+  // A file cannot hold an infinity (1e999 is malformed JSON, below), but a caller's Json can.
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto with_scaling = [](io::Json scaling) {
+    scaling["type"] = "yarn";
+    return parse({{"architectures", {"Qwen3ForCausalLM"}}, {"rope_scaling", scaling}});
+  };
+  CHECK_THROWS_WITH_AS(with_scaling({{"factor", inf}}), doctest::Contains("rope_scaling.factor must be finite and >= 1"), Error);
+  CHECK_THROWS_WITH_AS(with_scaling({{"beta_fast", inf}}), doctest::Contains("beta_fast and beta_slow must be positive"), Error);
+  CHECK_THROWS_WITH_AS(with_scaling({{"original_max_position_embeddings", inf}}),
+                       doctest::Contains("original_max_position_embeddings must be positive"), Error);
+  CHECK_THROWS_WITH_AS(with_scaling({{"attention_factor", 0}}), doctest::Contains("rope_scaling.attention_factor must be positive"),
+                       Error);
+  CHECK(with_scaling({{"factor", 4}}).rope_scaling->factor == 4);
+}
+
+TEST_CASE("a number too large for a double is malformed JSON naming the file, not a stray exception") {
+  // nlohmann throws out_of_range (not parse_error) for it; both must become minimind::Error.
+  const auto dir = scratch_dir("config_overflow");
+  write_file(dir / "config.json", R"({"architectures": ["Qwen3ForCausalLM"], "rope_theta": 1e999})");
+  CHECK_THROWS_WITH_AS(Config::from_pretrained(dir), doctest::Contains("config.json: malformed JSON: [json.exception.out_of_range.406]"),
+                       Error);
+}
+
+TEST_CASE("shapes to infer from that have no first dimension fall back to the formula") {
+  // A scalar gate_proj (shape []) once reached shape.at(0) and threw std::out_of_range.
+  auto image = safetensors_image({{"model.layers.0.mlp.gate_proj.weight", {}}});
+  const auto dir = scratch_dir("config_scalar");
+  write_file(dir / "model.safetensors", image);
+  const auto table = io::read_safetensors(dir / "model.safetensors");
+  auto json = tiny_config();
+  json.erase("intermediate_size");
+  CHECK(parse(json, &table).intermediate_size == 64);  // MiniMind2: 8/3 * 8 rounded up to 64
 }

@@ -89,11 +89,22 @@ struct Config {
     return c;
   }
 
+  // The largest dimension accepted: token ids are int32, and with every dimension below 2^31 no
+  // product of two (a weight's element count, heads * head_dim) can overflow int64.
+  static constexpr int64_t kMaxDimension = INT32_MAX;
+
+  // Throws unless 0 < value <= kMaxDimension.
+  static void check_dimension(int64_t value, const char* field, const std::string& source) {
+    if (value <= 0) throw Error(source + ": field \"" + field + "\" must be positive, got " + std::to_string(value));
+    if (value > kMaxDimension) {
+      throw Error(source + ": field \"" + field + "\" is " + std::to_string(value) + ", larger than any model (at most " +
+                  std::to_string(kMaxDimension) + ")");
+    }
+  }
+
   // Checks that the dimensions make a model at all (shapes come later, from the tensors).
   void validate(const std::string& source) const {
-    auto positive = [&](int64_t v, const char* field) {
-      if (v <= 0) throw Error(source + ": field \"" + field + "\" must be positive, got " + std::to_string(v));
-    };
+    auto positive = [&](int64_t v, const char* field) { check_dimension(v, field, source); };
     positive(vocab_size, "vocab_size");
     positive(hidden_size, "hidden_size");
     positive(num_hidden_layers, "num_hidden_layers");
@@ -110,6 +121,7 @@ struct Config {
     if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps)) throw Error(source + ": field \"rms_norm_eps\" must be positive");
     if (!(rope_theta > 1) || !std::isfinite(rope_theta)) throw Error(source + ": field \"rope_theta\" must be > 1");
     if (num_experts < 0) throw Error(source + ": field \"num_experts\" must not be negative");
+    if (num_experts > kMaxDimension) positive(num_experts, "num_experts");
     if (num_experts > 0) {
       positive(moe_intermediate_size, "moe_intermediate_size");
       positive(decoder_sparse_step, "decoder_sparse_step");
@@ -118,14 +130,20 @@ struct Config {
                     std::to_string(num_experts_per_tok));
       }
       if (n_shared_experts < 0) throw Error(source + ": field \"n_shared_experts\" must not be negative");
+      if (n_shared_experts > kMaxDimension) positive(n_shared_experts, "n_shared_experts");
     }
     if (rope_scaling) {
-      if (!(rope_scaling->factor >= 1)) throw Error(source + ": rope_scaling.factor must be >= 1");
-      if (!(rope_scaling->original_max_position_embeddings > 0)) {
+      // Infinities pass the comparisons but turn every rotary angle into NaN.
+      const RopeScaling& r = *rope_scaling;
+      if (!(r.factor >= 1) || !std::isfinite(r.factor)) throw Error(source + ": rope_scaling.factor must be finite and >= 1");
+      if (!(r.original_max_position_embeddings > 0) || !std::isfinite(r.original_max_position_embeddings)) {
         throw Error(source + ": rope_scaling.original_max_position_embeddings must be positive");
       }
-      if (!(rope_scaling->beta_fast > 0) || !(rope_scaling->beta_slow > 0)) {
+      if (!(r.beta_fast > 0) || !(r.beta_slow > 0) || !std::isfinite(r.beta_fast) || !std::isfinite(r.beta_slow)) {
         throw Error(source + ": rope_scaling.beta_fast and beta_slow must be positive");
+      }
+      if (!(r.attention_factor > 0) || !std::isfinite(r.attention_factor)) {
+        throw Error(source + ": rope_scaling.attention_factor must be positive");
       }
     }
   }
@@ -185,7 +203,9 @@ struct Config {
       if (eos->is_array()) for (const auto& v : *eos) add(v);
       else add(*eos);
     }
-    if (c.num_attention_heads <= 0) throw Error(source + ": field \"num_attention_heads\" must be positive");
+    // Checked now: the head_dim and intermediate_size formulas below divide and multiply them.
+    check_dimension(c.hidden_size, "hidden_size", source);
+    check_dimension(c.num_attention_heads, "num_attention_heads", source);
 
     auto head_dim = optional_field<int64_t>(json, "head_dim", source);
     if (!head_dim && tensors) {
@@ -232,8 +252,8 @@ struct Config {
     if (!intermediate && tensors) {
       const std::string dense = "model.layers.0.mlp.gate_proj.weight";
       const std::string expert = "model.layers.0.mlp.experts.0.gate_proj.weight";
-      if (auto* t = tensors->find(dense)) intermediate = t->shape.at(0);
-      else if (auto* e = tensors->find(expert); e && mm2) intermediate = e->shape.at(0);
+      if (auto* t = tensors->find(dense); t && !t->shape.empty()) intermediate = t->shape[0];
+      else if (auto* e = tensors->find(expert); e && mm2 && !e->shape.empty()) intermediate = e->shape[0];
     }
     if (!intermediate) {
       // Upstream's formulas: MiniMind2 rounds 8/3 * hidden up to 64, minimind-3 pi * hidden.
@@ -245,7 +265,9 @@ struct Config {
       auto moe_width = mm2 ? std::optional<int64_t>(c.intermediate_size)
                            : optional_field<int64_t>(json, "moe_intermediate_size", source);
       if (!moe_width && tensors) {
-        if (auto* e = tensors->find("model.layers.0.mlp.experts.0.gate_proj.weight")) moe_width = e->shape.at(0);
+        if (auto* e = tensors->find("model.layers.0.mlp.experts.0.gate_proj.weight"); e && !e->shape.empty()) {
+          moe_width = e->shape[0];
+        }
       }
       c.moe_intermediate_size = moe_width.value_or(c.intermediate_size);
     }

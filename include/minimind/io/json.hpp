@@ -5,11 +5,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 namespace minimind::io {
 
@@ -18,7 +22,7 @@ using Json = nlohmann::json;
 inline Json parse_json(std::string_view text, const std::string& source) {
   try {
     return Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     throw Error(source + ": malformed JSON: " + e.what());
   }
 }
@@ -40,8 +44,13 @@ std::optional<T> optional_field(const Json& object, const std::string& key, cons
   if constexpr (std::is_same_v<T, bool>) {
     type_ok = it->is_boolean();
   } else if constexpr (std::is_integral_v<T>) {
-    type_ok = it->is_number_integer() ||
-              (it->is_number_float() && it->template get<double>() == static_cast<double>(static_cast<long long>(it->template get<double>())));
+    type_ok = it->is_number_integer() || (it->is_number_float() && std::trunc(it->template get<double>()) == it->template get<double>());
+    // Converting a number T cannot hold is undefined (from a float) or wraps (from an integer).
+    const bool fits = it->is_number_unsigned()  ? std::in_range<T>(it->template get<uint64_t>())
+                      : it->is_number_integer() ? std::in_range<T>(it->template get<int64_t>())
+                      : !type_ok || (it->template get<double>() >= static_cast<double>(std::numeric_limits<T>::min()) &&
+                                     it->template get<double>() < std::ldexp(1.0, std::numeric_limits<T>::digits));
+    if (!fits) throw Error(source + ": field \"" + key + "\" is out of range (" + it->dump() + ")");
   } else if constexpr (std::is_floating_point_v<T>) {
     type_ok = it->is_number();
   } else if constexpr (std::is_same_v<T, std::string>) {

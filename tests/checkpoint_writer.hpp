@@ -32,7 +32,7 @@ inline std::string safetensors_image(std::string header, const std::string& data
 
 inline std::string f32_bytes(const std::vector<float>& values) {
   std::string s(values.size() * 4, '\0');
-  std::memcpy(s.data(), values.data(), s.size());
+  if (!values.empty()) std::memcpy(s.data(), values.data(), s.size());  // an empty vector's data() may be null
   return s;
 }
 

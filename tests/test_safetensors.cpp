@@ -5,6 +5,30 @@
 
 #include "checkpoint_writer.hpp"
 
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#if defined(__GNUC__) && !defined(__clang__)
+// The replacement operator new below allocates with malloc, so free is the matching release.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+// The largest single operator new request, so a test can show that a header's claims were
+// refused before anything of their size was allocated.
+namespace {
+std::atomic<std::size_t> largest_allocation{0};
+}  // namespace
+void* operator new(std::size_t size) {
+  std::size_t seen = largest_allocation.load(std::memory_order_relaxed);
+  while (size > seen && !largest_allocation.compare_exchange_weak(seen, size, std::memory_order_relaxed)) {
+  }
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
 using namespace minimind;
 using namespace minimind::testing;
 
@@ -49,6 +73,34 @@ TEST_CASE("a header length beyond the file") {
   CHECK_THROWS_WITH_AS(parse(huge), doctest::Contains("exceeds the file size"), Error);
 }
 
+TEST_CASE("a header length of 2^63 is refused without arithmetic overflow") {
+  std::string image = safetensors_image("{}", "");
+  image.replace(0, 8, std::string("\0\0\0\0\0\0\0\x80", 8));  // little-endian 2^63
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("header length 9223372036854775808 exceeds the file size 16"), Error);
+}
+
+TEST_CASE("a tensor claiming 10^12 elements fails fast, before anything of that size is allocated") {
+  auto image = safetensors_image(
+      header_with(R"({"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,4000000000000]})"), std::string(64, '\0'));
+  largest_allocation = 0;
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("tensor \"t\": shape is larger than the file's 64 data bytes"), Error);
+  CHECK(largest_allocation.load() < (1u << 16));  // the header's own strings, nothing sized by the claim
+}
+
+TEST_CASE("zero-sized tensors must still lie inside the data, and every dimension fit int64") {
+  const std::string data(16, '\0');
+  auto image = safetensors_image(header_with(R"({"dtype":"F32","shape":[0],"data_offsets":[16,16]})"), data);
+  CHECK(parse(image).at(0).bytes.empty());  // at the very end: allowed
+  image = safetensors_image(header_with(R"({"dtype":"F32","shape":[0],"data_offsets":[17,17]})"), data);
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("data_offsets [17, 17] lie outside the 16 data bytes"), Error);
+  // After a zero the element count cannot grow, so only the int64 check stands between this
+  // dimension and a negative shape.
+  image = safetensors_image(header_with(R"({"dtype":"F32","shape":[0,9223372036854775808],"data_offsets":[0,0]})"), data);
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("dimension 9223372036854775808 does not fit a signed 64-bit integer"), Error);
+  image = safetensors_image(header_with(R"({"dtype":"F32","shape":[0,9223372036854775807],"data_offsets":[0,0]})"), data);
+  CHECK(parse(image).at(0).shape == std::vector<int64_t>{0, INT64_MAX});
+}
+
 TEST_CASE("a malformed JSON header") {
   CHECK_THROWS_WITH_AS(parse(safetensors_image("{\"t\": [", "")), doctest::Contains("malformed JSON"), Error);
   CHECK_THROWS_WITH_AS(parse(safetensors_image("[1, 2]", "")), doctest::Contains("not a JSON object"), Error);
@@ -69,6 +121,13 @@ TEST_CASE("offsets that overflow when added, and shapes whose product overflows"
   auto image = safetensors_image(
       header_with(R"({"dtype":"F32","shape":[4],"data_offsets":[18446744073709551612,18446744073709551615]})"), data);
   CHECK_THROWS_AS(parse(image), Error);
+  // begin + size would wrap past 2^64 to land inside the data; the span must be checked, not the sum.
+  image = safetensors_image(
+      header_with(R"({"dtype":"F32","shape":[4],"data_offsets":[18446744073709551608,8]})"), data);
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("lie outside"), Error);
+  image = safetensors_image(
+      header_with(R"({"dtype":"F32","shape":[4],"data_offsets":[9223372036854775808,9223372036854775824]})"), data);
+  CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("lie outside the 16 data bytes"), Error);
   image = safetensors_image(
       header_with(R"({"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,16]})"), data);
   CHECK_THROWS_WITH_AS(parse(image), doctest::Contains("larger than the file"), Error);

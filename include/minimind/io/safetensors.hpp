@@ -101,6 +101,11 @@ inline std::vector<TensorRef> parse_safetensors(std::span<std::byte> file, const
     for (const auto& d : *shape_it) {
       if (!d.is_number_unsigned()) throw Error(where + ": shape entries must be non-negative integers");
       uint64_t dim = d.get<uint64_t>();
+      // After a zero the product stays zero and bounds nothing, but each dimension must still
+      // fit the int64 it is stored as.
+      if (dim > static_cast<uint64_t>(INT64_MAX)) {
+        throw Error(where + ": dimension " + std::to_string(dim) + " does not fit a signed 64-bit integer");
+      }
       if (dim != 0 && numel > data.size() / dim) {
         throw Error(where + ": shape is larger than the file's " + std::to_string(data.size()) + " data bytes");
       }

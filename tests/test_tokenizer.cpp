@@ -22,7 +22,8 @@ using Ids = std::vector<std::int32_t>;
 namespace {
 
 // Ids of the small tokenizer: bytes 0-255 are their own byte-level characters, then merges.
-constexpr std::int32_t kEG = 256, kGT = 257, kHe = 258, kGThe = 259, kZhongHead = 260;
+// kGT ("Ġt") is only an intermediate merge, named for the list; clang warns it is unused.
+[[maybe_unused]] constexpr std::int32_t kEG = 256, kGT = 257, kHe = 258, kGThe = 259, kZhongHead = 260;
 constexpr std::int32_t kImStart = 261, kImEnd = 262, kThink = 263, kVocabSize = 264;
 constexpr std::int32_t kZhongTail = 0xAD;  // 中 is E4 B8 AD; 0xAD is spelled 'Ń'
 
@@ -310,6 +311,34 @@ TEST_CASE("unreadable files are reported with their path") {
         (dir / "empty.json").string() + ": model: missing");
 }
 
+TEST_CASE("from_json_text loads tokenizer.json text from memory, naming its source in errors") {
+  const Json json = small_tokenizer();
+  const Tokenizer from_text = Tokenizer::from_json_text(json.dump(), "embedded tokenizer.json");
+  const Tokenizer from_file = load(json);
+  CHECK(from_text.vocab_size() == from_file.vocab_size());
+  CHECK(from_text.encode(" the 中<|im_end|>") == from_file.encode(" the 中<|im_end|>"));
+  CHECK(error_of([] { Tokenizer::from_json_text("{\"model\": [", "embedded"); }).starts_with("embedded: not valid JSON ("));
+  CHECK(error_of([] { Tokenizer::from_json_text("{}", "embedded"); }) == "embedded: model: missing");
+  // nlohmann throws out_of_range, not parse_error, for a number no double holds.
+  CHECK(error_of([] { Tokenizer::from_json_text(R"({"version": 1e999})", "embedded"); })
+            .starts_with("embedded: not valid JSON ([json.exception.out_of_range.406]"));
+}
+
+TEST_CASE("a truncated tokenizer.json at every eighth of its length is refused, naming the file") {
+  const std::filesystem::path dir = minimind::testing::scratch_dir("tokenizer_truncated");
+  const std::string text = small_tokenizer().dump(1);
+  for (int eighth = 0; eighth < 8; ++eighth) {
+    CAPTURE(eighth);
+    const std::string cut = text.substr(0, text.size() * static_cast<std::size_t>(eighth) / 8);
+    minimind::testing::write_file(dir / "tokenizer.json", cut);
+    CHECK(error_of([&] { Tokenizer::from_file(dir / "tokenizer.json"); })
+              .starts_with((dir / "tokenizer.json").string() + ": not valid JSON ("));
+    CHECK(error_of([&] { Tokenizer::from_json_text(cut, "cut"); }).starts_with("cut: not valid JSON ("));
+  }
+  minimind::testing::write_file(dir / "tokenizer.json", text);
+  CHECK(Tokenizer::from_file(dir / "tokenizer.json").vocab_size() == kVocabSize);
+}
+
 TEST_CASE("encode rejects ill-formed UTF-8 with the byte offset; ids out of range are errors") {
   const Tokenizer tokenizer = load(small_tokenizer());
   CHECK(error_of([&] { tokenizer.encode("abc\xFF" "def"); }) ==
@@ -319,6 +348,8 @@ TEST_CASE("encode rejects ill-formed UTF-8 with the byte offset; ids out of rang
   const std::string out_of_range = "token id 264 is out of range (vocab size 264)";
   CHECK(error_of([&] { tokenizer.decode(Ids{1, kVocabSize}); }) == out_of_range);
   CHECK(error_of([&] { tokenizer.decode(Ids{-1}); }) == "token id -1 is out of range (vocab size 264)");
+  CHECK(error_of([&] { tokenizer.decode(Ids{1, INT32_MIN}); }) == "token id -2147483648 is out of range (vocab size 264)");
+  CHECK(error_of([&] { tokenizer.decode(Ids{INT32_MAX}); }) == "token id 2147483647 is out of range (vocab size 264)");
   CHECK(error_of([&] { tokenizer.token_to_piece(kVocabSize); }) == out_of_range);
   CHECK(error_of([&] { tokenizer.id_to_token(kVocabSize); }) == out_of_range);
   CHECK(error_of([&] { tokenizer.is_special(kVocabSize); }) == out_of_range);

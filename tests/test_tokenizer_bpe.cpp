@@ -199,6 +199,14 @@ TEST_CASE("malformed models are refused, naming the field") {
   CHECK(load_error(Json::array()) == "test.json: model: expected a JSON object, found array");
 }
 
+TEST_CASE("an empty vocabulary is refused rather than encoding every text to nothing") {
+  Json model = model_with(Json::array());
+  model["vocab"] = Json::object();
+  CHECK(load_error(model) == "test.json: model.vocab: is empty: there is no token to encode text into");
+  model["merges"] = {"a b"};  // merges over nothing name unknown tokens first
+  CHECK(load_error(model) == "test.json: model.vocab: is empty: there is no token to encode text into");
+}
+
 TEST_CASE("merges.txt's #version line is skipped in the string form") {
   const BpeModel model = BpeModel::from_json(model_with({"#version: 0.2", "b c", "a b"}), kModelAt);
   CHECK(model.merge_count() == 2);

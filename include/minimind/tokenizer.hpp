@@ -20,7 +20,9 @@
 // [0, vocab_size()), naming the id and the vocabulary size.
 //
 // Thread safety: a const Tokenizer may be shared by any number of threads; the only mutable state,
-// the BPE per-word cache, is guarded by sharded mutexes (see tokenizer/bpe.hpp).
+// the BPE per-word cache, is guarded by sharded mutexes (see tokenizer/bpe.hpp), and encode's
+// scratch buffers are thread_local. A copy gets an empty cache of its own. A StreamingDecoder
+// holds one stream's pending bytes: one per stream, over a tokenizer that may be shared.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +63,12 @@ class Tokenizer {
       tokenizer.apply_config(*tokenizer_config, json_fields::Location{source + " (tokenizer config)", ""});
     }
     return tokenizer;
+  }
+
+  // Parses tokenizer.json text already in memory (an embedded file, a fuzzer's input); `source`
+  // names it in errors as a path would.
+  static Tokenizer from_json_text(std::string_view text, const std::string& source) {
+    return Tokenizer(parse_json_text(text, source), json_fields::Location{source, ""});
   }
 
   // Loads dir/tokenizer.json and, when present, dir/tokenizer_config.json (bos/eos/pad/unk
@@ -159,14 +167,15 @@ class Tokenizer {
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
 
-  static Json read_json(const std::filesystem::path& path) {
-    const std::string bytes = read_bytes(path);
+  static Json parse_json_text(std::string_view text, const std::string& source) {
     try {
-      return Json::parse(bytes);
-    } catch (const Json::parse_error& error) {
-      throw Error(path.string() + ": not valid JSON (" + error.what() + ")");
+      return Json::parse(text);
+    } catch (const Json::exception& error) {  // parse_error, and out_of_range for a number like 1e999
+      throw Error(source + ": not valid JSON (" + error.what() + ")");
     }
   }
+
+  static Json read_json(const std::filesystem::path& path) { return parse_json_text(read_bytes(path), path.string()); }
 
   // Everything but the model: only what this class implements is accepted.
   void check_supported_components(const Json& root, const Location& where) {

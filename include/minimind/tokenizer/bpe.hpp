@@ -410,6 +410,9 @@ inline BpeModel BpeModel::from_json(const json_fields::Json& model,
 
   const Location vocab_at = where / "vocab";
   const Json& vocab = require_object(require_member(model, "vocab", where), vocab_at);
+  // Without a single token every character is unknown and dropped: encode would return no ids
+  // for any text, silently.
+  if (vocab.empty()) vocab_at.fail("is empty: there is no token to encode text into");
   bpe.vocab_.reserve(vocab.size());
   bpe.small_char_ids_.assign(0x800, -1);
   for (const auto& [token, id_value] : vocab.items()) {

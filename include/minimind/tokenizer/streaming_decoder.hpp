@@ -16,7 +16,8 @@ namespace minimind {
 
 class StreamingDecoder {
  public:
-  // The tokenizer must outlive the decoder.
+  // The tokenizer must outlive the decoder. One decoder per stream: it is not safe to push from
+  // two threads at once (the tokenizer it reads may be shared).
   explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false)
       : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {}
 

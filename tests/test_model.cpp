@@ -3,6 +3,10 @@
 #include "checkpoint_writer.hpp"
 #include "golden.hpp"
 
+#include <cstring>
+#include <limits>
+#include <utility>
+
 using namespace minimind;
 using minimind::testing::check_golden_case;
 
@@ -121,4 +125,128 @@ TEST_CASE("bad input to the model") {
     CHECK_THROWS_WITH_AS(MiniMindForCausalLM<float>::from_pretrained(dir), doctest::Contains("malformed JSON"), Error);
     CHECK_THROWS_WITH_AS(MiniMindForCausalLM<float>::from_pretrained(dir / "nope"), doctest::Contains("not a checkpoint directory"), Error);
   }
+}
+
+namespace {
+
+// tiny_tensors() with one tensor replaced by `replacement` (same name).
+std::vector<minimind::testing::TensorBytes> tiny_with(const minimind::testing::TensorBytes& replacement) {
+  auto tensors = minimind::testing::tiny_tensors();
+  for (auto& t : tensors)
+    if (t.name == replacement.name) t = replacement;
+  return tensors;
+}
+
+std::string repeat16(uint16_t bits, size_t n) {
+  std::string s(2 * n, '\0');
+  for (size_t i = 0; i < n; ++i) std::memcpy(s.data() + 2 * i, &bits, 2);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("non-finite weights are refused at load, naming the tensor and the element") {
+  using namespace minimind::testing;
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> values(64, 0.25f);
+  values[19] = nan;  // row 2, column 3 of [8, 8]
+  const auto nan_dir = write_checkpoint("model_nan", tiny_config(), safetensors_image(tiny_with({q, {8, 8}, "F32", f32_bytes(values)})));
+  for (const WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+    CAPTURE(format_name(format));
+    LoadOptions options;
+    options.format = format;
+    CHECK_THROWS_WITH_AS(MiniMindForCausalLM<float>::from_pretrained(nan_dir, options),
+                         doctest::Contains(("model.safetensors: tensor \"" + q + "\" holds NaN at element 19 [2, 3]; non-finite weights are refused").c_str()),
+                         Error);
+  }
+  values[19] = -inf;
+  const auto inf_dir = write_checkpoint("model_inf", tiny_config(), safetensors_image(tiny_with({q, {8, 8}, "F32", f32_bytes(values)})));
+  CHECK_THROWS_WITH_AS(MiniMindForCausalLM<float>::from_pretrained(inf_dir), doctest::Contains("holds an infinity at element 19 [2, 3]"), Error);
+  // F16 and BF16 infinities (exponent all ones), in a norm vector: no [row, column].
+  const std::string norm = "model.norm.weight";
+  for (const auto& dtype_bits : {std::pair<std::string, uint16_t>{"F16", 0x7C00}, {"BF16", 0xFF80}}) {
+    const std::string dtype = dtype_bits.first;  // not a structured binding: clang 14 cannot capture one
+    const uint16_t bits = dtype_bits.second;
+    CAPTURE(dtype);
+    std::string data = repeat16(dtype == "F16" ? 0x3C00 : 0x3F80, 8);  // ones
+    std::memcpy(data.data() + 2 * 5, &bits, 2);
+    const auto dir = write_checkpoint("model_inf16", tiny_config(), safetensors_image(tiny_with({norm, {8}, dtype, data})));
+    CHECK_THROWS_WITH_AS(MiniMindForCausalLM<float>::from_pretrained(dir),
+                         doctest::Contains(("tensor \"" + norm + "\" holds an infinity at element 5; non-finite").c_str()), Error);
+  }
+  // The largest finite values are weights like any other.
+  values[19] = std::numeric_limits<float>::max();
+  const auto max_dir = write_checkpoint("model_max", tiny_config(), safetensors_image(tiny_with({q, {8, 8}, "F32", f32_bytes(values)})));
+  CHECK_NOTHROW(MiniMindForCausalLM<float>::from_pretrained(max_dir));
+}
+
+TEST_CASE("finite weights that overflow give non-finite logits, and generation refuses them") {
+  using namespace minimind::testing;
+  // o_proj all 3e38: attention's output, and so the residual stream, overflows to infinity, and
+  // the next RMSNorm makes it NaN (inf / inf).
+  const auto dir = write_checkpoint("model_overflow", tiny_config(),
+                                    safetensors_image(tiny_with({"model.layers.0.self_attn.o_proj.weight", {8, 8}, "F32",
+                                                                 f32_bytes(std::vector<float>(64, 3e38f))})));
+  for (const WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+    CAPTURE(format_name(format));
+    LoadOptions options;
+    options.format = format;
+    const auto model = MiniMindForCausalLM<float>::from_pretrained(dir, options);
+    const MatrixRM<float> logits = model.forward(std::vector<int32_t>{1, 2, 3});
+    CHECK_FALSE(logits.allFinite());  // propagated, not hidden (q8 included: no NaN reaches an int8)
+    auto session = model.new_session(8);
+    GenerationConfig greedy;
+    greedy.sampling.temperature = 0;
+    CHECK_THROWS_WITH_AS(generate(model, session, std::vector<int32_t>{1, 2, 3}, greedy), doctest::Contains("is NaN"), Error);
+  }
+}
+
+TEST_CASE("claims of 10^12-element tensors fail fast, before anything of that size is allocated") {
+  using namespace minimind::testing;
+  // A header claiming it (the parser bounds every shape by the file's data bytes)...
+  auto config = tiny_config();
+  config["vocab_size"] = 1'000'000;
+  config["hidden_size"] = 1'000'000;
+  config["num_attention_heads"] = 1000;
+  config["num_key_value_heads"] = 1000;
+  const std::string header = R"({"model.embed_tokens.weight":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,4000000000000]}})";
+  auto dir = write_checkpoint("model_claim_header", config, safetensors_image(header, std::string(64, '\0')));
+  CHECK_THROWS_WITH_AS(MiniMindForCausalLM<float>::from_pretrained(dir), doctest::Contains("shape is larger than the file's 64 data bytes"), Error);
+  // ...or a config claiming it over a small file (each shape is checked before its data is read).
+  // An attempt to allocate 4 TB would throw std::bad_alloc (or abort under ASan), not this Error.
+  dir = write_checkpoint("model_claim_config", config, safetensors_image(tiny_tensors()));
+  CHECK_THROWS_WITH_AS(MiniMindForCausalLM<float>::from_pretrained(dir),
+                       doctest::Contains("tensor \"model.embed_tokens.weight\" has shape [16, 8] but the config implies [1000000, 1000000]"), Error);
+  config = tiny_config();
+  config["head_dim"] = int64_t{1} << 30;  // rotary tables are sized by head_dim: built only after the tensors agree
+  dir = write_checkpoint("model_claim_head_dim", config, safetensors_image(tiny_tensors()));
+  CHECK_THROWS_WITH_AS(MiniMindForCausalLM<float>::from_pretrained(dir), doctest::Contains("q_proj.weight\" has shape [8, 8]"), Error);
+}
+
+TEST_CASE("ids of any int32 value are refused by forward without touching the session") {
+  using namespace minimind::testing;
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(write_tiny_checkpoint("model_ids"));
+  auto session = model.new_session(8);
+  for (const int32_t bad : {INT32_MIN, -1, 16, INT32_MAX}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(model.forward(session, std::vector<int32_t>{1, bad}),
+                         doctest::Contains(("token id " + std::to_string(bad) + " is outside the vocabulary [0, 16)").c_str()), Error);
+    CHECK(session.position() == 0);
+    CHECK_THROWS_AS(model.forward(std::vector<int32_t>{bad}), Error);
+  }
+  CHECK(model.forward(session, std::vector<int32_t>{15}).cols() == 16);
+  CHECK(session.position() == 1);
+}
+
+TEST_CASE("a session made by a model of another shape is refused, not written past") {
+  using namespace minimind::testing;
+  const auto tiny = MiniMindForCausalLM<float>::from_pretrained(write_tiny_checkpoint("model_session_a"));
+  const auto other = MiniMindForCausalLM<float>::from_pretrained(minimind::testing::data_dir() / "golden" / "mm3-dense");
+  auto small_session = tiny.new_session(8);
+  CHECK_THROWS_WITH_AS(other.forward(small_session, std::vector<int32_t>{1, 2}),
+                       doctest::Contains("this session was made for a model of another shape (hidden_size 8, 1 layers)"), Error);
+  CHECK(small_session.position() == 0);
+  auto session = other.new_session(8);
+  CHECK(other.forward(session, std::vector<int32_t>{1, 2}).rows() == 2);
 }

@@ -2,7 +2,9 @@
 #include <doctest/doctest.h>
 #include <minimind/sampler.hpp>
 
+#include <limits>
 #include <map>
+#include <vector>
 
 using namespace minimind;
 
@@ -118,4 +120,23 @@ TEST_CASE("invalid parameters are refused") {
   p = {};
   p.top_k = -2;
   CHECK_THROWS_AS(Sampler(p, 4), Error);
+}
+
+TEST_CASE("NaN logits are refused, naming the token; infinite ones still give an id in range") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const float temperature : {0.0f, 0.85f}) {
+    CAPTURE(temperature);
+    SamplingParams p;
+    p.temperature = temperature;
+    p.repetition_penalty = 1.2f;
+    Sampler sampler(p, 5);
+    // Sorting NaN is undefined behaviour and argmax would return an arbitrary token.
+    std::vector<float> logits = {0.5f, 1.0f, nan, 0.0f, -1.0f};
+    CHECK_THROWS_WITH_AS(sampler.sample(logits, std::vector<int32_t>{1}), doctest::Contains("the logit of token 2 is NaN"), Error);
+    for (std::vector<float> extreme : {std::vector<float>{0, inf, 1, inf, -inf}, std::vector<float>(5, -inf), std::vector<float>(5, inf)}) {
+      const int32_t id = sampler.sample(extreme, std::vector<int32_t>{3});
+      CHECK(id >= 0);
+      CHECK(id < 5);
+    }
+  }
 }

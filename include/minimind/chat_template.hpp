@@ -32,6 +32,8 @@
 // str.strip('\n') strips newlines only, and tojson is json.dumps (", " and ": " separators, keys
 // in insertion order, non-ASCII unescaped, floats as Python's repr). @huggingface/jinja differs on
 // both points; tools/render_chat_templates.mjs records where.
+//
+// A ChatTemplate is immutable once made: any number of threads may render with one at once.
 #include "minimind/error.hpp"
 
 #include <nlohmann/json.hpp>

@@ -49,6 +49,7 @@ class MiniMindModel {
   // Runs ids at the session's next positions; leaves the final-normed hidden states in
   // act.normed [ids.size(), hidden] and advances the session.
   void forward(std::span<const int32_t> ids, Session<T>& session) const {
+    session.check_shape(config_);
     const Index n = static_cast<Index>(ids.size()), start = session.position();
     if (n == 0) throw Error("forward: no token ids");
     if (start + n > config_.max_position_embeddings) {

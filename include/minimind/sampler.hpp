@@ -80,6 +80,11 @@ class Sampler {
   int32_t sample(std::span<float> logits, std::span<const int32_t> seen) {
     const size_t vocab = logits.size();
     if (vocab != order_.size()) throw Error("sampler: logits have " + std::to_string(vocab) + " entries, expected " + std::to_string(order_.size()));
+    // NaN logits (activations of extreme but finite weights overflowed) have no order: sorting
+    // them is undefined behaviour and argmax would pick an arbitrary token, so they are refused.
+    for (size_t i = 0; i < vocab; ++i) {
+      if (std::isnan(logits[i])) throw Error("sampler: the logit of token " + std::to_string(i) + " is NaN (the forward pass overflowed)");
+    }
     const bool greedy = params_.temperature == 0.0f;
     if (!greedy) {
       for (float& l : logits) l /= params_.temperature;

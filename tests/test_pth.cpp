@@ -1,7 +1,7 @@
 // PyTorch state dicts (io/pth.hpp, io/zip.hpp, io/pickle.hpp): the committed files, saved by
 // torch.save as upstream MiniMind saves them, give the safetensors path's logits; tensors are
 // viewed in the mapped file unless strided; and a .pth is data, never code: every global other
-// than the three torch.save needs, every opcode outside its subset, and every broken zip or view
+// than the few torch.save needs, every opcode outside its subset, and every broken zip or view
 // is refused with an Error naming it and its byte offset.
 #include <doctest/doctest.h>
 #include <minimind/io/pickle.hpp>
@@ -213,7 +213,7 @@ TEST_CASE("zip entries and directories beyond the file") {
   CHECK_THROWS_WITH_AS(parse(many), doctest::Contains("entry count 1099511627776 is more than"), Error);
 }
 
-TEST_CASE("pickle globals other than torch.save's three are refused, never executed") {
+TEST_CASE("pickle globals other than torch.save's are refused, never executed") {
   const auto marker = std::filesystem::temp_directory_path() / ("minimind_pwned_" + std::to_string(::getpid()));
   std::filesystem::remove(marker);
   // os.system("touch <marker>") as a malicious .pth would spell it.

@@ -29,7 +29,7 @@ namespace minimind::io::gguf {
 namespace detail {
 
 // Where a GGUF tensor goes: our name ("{e}" for each expert of a 3-D expert tensor) and which
-// attention-head count its llama row permutation used (0: none).
+// head count llama's row permutation of it used, if any.
 struct Target {
   std::string name;
   bool experts = false;

@@ -1,7 +1,7 @@
 #pragma once
 // A restricted pickle machine for the data.pkl of a torch.save'd state dict. Python's pickle is a
 // program that may call any importable function; this machine knows only the opcodes and the
-// three kinds of global that torch.save writes for {name: tensor} (protocol 2):
+// globals that torch.save writes for {name: tensor} (protocol 2):
 //   collections.OrderedDict        called with () to make an empty ordered dict
 //   torch._utils._rebuild_tensor_v2 called with (storage, offset, size, stride, requires_grad, hooks)
 //   torch._utils._rebuild_parameter called with (tensor, requires_grad, hooks) (state_dict(keep_vars=True))

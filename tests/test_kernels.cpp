@@ -242,3 +242,30 @@ TEST_CASE("random models: bf16 and q8 logits stay near f32; the tied matrix is o
   const auto q8 = MiniMindForCausalLM<float>::random(c, 5, {WeightFormat::Q8, 1});
   CHECK(q8.weight_bytes() < f32.weight_bytes() / 3);
 }
+
+TEST_CASE("linear_each(): several weights of one input give what one linear() each gives") {
+  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+    for (int threads : {1, 2}) {
+      kernels::ThreadPool pool(threads);
+      kernels::Workspace work;
+      work.pool = &pool;
+      for (Index n : {1, 2, 5}) {
+        CAPTURE(std::string(format_name(format)));
+        CAPTURE(threads);
+        CAPTURE(n);
+        const Weight<float> a = Weight<float>::owned(random_matrix(96, 64, 21, 0.1f)).to_format(format);
+        const Weight<float> b = Weight<float>::owned(random_matrix(40, 64, 22, 0.1f)).to_format(format);
+        const Weight<float> c = Weight<float>::owned(random_matrix(17, 64, 23, 0.1f)).to_format(format);
+        const MatrixRM<float> x = random_matrix(n, 64, 24);
+        MatrixRM<float> ya(n, 96), yb(n, 40), yc(n, 17), ea(n, 96), eb(n, 40), ec(n, 17);
+        kernels::linear_each(x, work, std::tie(a, ya), std::tie(b, yb), std::tie(c, yc));
+        kernels::linear(x, a, ea, work);
+        kernels::linear(x, b, eb, work);
+        kernels::linear(x, c, ec, work);
+        CHECK(max_abs(ya, ea) <= 1e-6);
+        CHECK(max_abs(yb, eb) <= 1e-6);
+        CHECK(max_abs(yc, ec) <= 1e-6);
+      }
+    }
+  }
+}

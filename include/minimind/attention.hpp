@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <string>
 
 namespace minimind {
@@ -48,9 +49,8 @@ class Attention {
     auto q = act.q.topRows(n);
     auto k = act.k.topRows(n);
     auto v = act.v.topRows(n);
-    kernels::linear(x, q_proj, q, act.work);  // q = x q_proj^T
-    kernels::linear(x, k_proj, k, act.work);
-    kernels::linear(x, v_proj, v, act.work);
+    // q = x q_proj^T, k = x k_proj^T, v = x v_proj^T
+    kernels::linear_each(x, act.work, std::tie(q_proj, q), std::tie(k_proj, k), std::tie(v_proj, v));
     if (q_norm) {
       q_norm->forward(q.data(), q.data(), n * heads_);
       k_norm->forward(k.data(), k.data(), n * kv_heads_);

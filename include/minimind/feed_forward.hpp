@@ -13,6 +13,7 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace minimind {
@@ -36,8 +37,7 @@ class FeedForward {
     const Index n = x.rows(), f = width();
     auto gate = act.gate.topLeftCorner(n, f);
     auto up = act.up.topLeftCorner(n, f);
-    kernels::linear(x, gate_proj, gate, act.work);  // gate = x gate_proj^T
-    kernels::linear(x, up_proj, up, act.work);
+    kernels::linear_each(x, act.work, std::tie(gate_proj, gate), std::tie(up_proj, up));  // x gate^T, x up^T
     gate.array() = gate.array() / (T(1) + (-gate.array()).exp()) * up.array();  // silu(gate) * up
     kernels::linear(gate, down_proj, out, act.work);
   }

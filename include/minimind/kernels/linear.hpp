@@ -15,6 +15,8 @@
 #include "minimind/weights.hpp"
 
 #include <algorithm>
+#include <array>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -91,6 +93,59 @@ void linear(const In& x, const Weight<T>& w, Out&& out, Workspace& ws) {
       }
     }
   }
+}
+
+// Several products of the same input, out_i = x W_i^T (q, k and v; gate and up): the same
+// results as one linear() each. For one token the rows of all the weights are split across the
+// pool in a single dispatch (and q8 quantizes x once), so the threads meet once, not per weight.
+template <class T, class In, class... Outs>
+void linear_each(const In& x, Workspace& ws, std::tuple<const Weight<T>&, Outs&>... products) {
+  const Index n = x.rows(), cols = x.cols();
+  if constexpr (std::is_same_v<T, float>) {
+    if (n < kGemmMinRows) {
+      struct Part {
+        const Weight<float>* w;
+        float* y;
+        Index y_stride, first;  // first: where its rows start in the concatenation
+      };
+      std::array<Part, sizeof...(Outs)> parts{Part{&std::get<0>(products), std::get<1>(products).data(),
+                                                   std::get<1>(products).outerStride(), 0}...};
+      Index total = 0;
+      bool any_q8 = false;
+      for (auto& part : parts) {
+        part.first = total;
+        total += part.w->rows();
+        any_q8 = any_q8 || part.w->format() == WeightFormat::Q8;
+      }
+      const float* xp = x.data();
+      const Index xs = x.outerStride(), blocks = q8::blocks_for(cols);
+      if (any_q8) {
+        ws.reserve_q8(n, cols);
+        for (Index i = 0; i < n; ++i) {
+          q8::quantize_activations(xp + i * xs, cols, ws.xq.data() + i * blocks * q8::kBlock, ws.xd.data() + i * blocks);
+        }
+      }
+      ws.parallel_for(total, 16, [&](Index begin, Index end) {
+        for (const auto& part : parts) {
+          const Index b = std::max(begin, part.first) - part.first;
+          const Index e = std::min(end, part.first + part.w->rows()) - part.first;
+          if (b >= e) continue;
+          for (Index i = 0; i < n; ++i) {
+            float* y = part.y + i * part.y_stride;
+            switch (part.w->format()) {
+              case WeightFormat::F32: f32::matvec(part.w->data(), cols, xp + i * xs, y, b, e); break;
+              case WeightFormat::BF16: bf16::matvec(part.w->bf16_data(), cols, xp + i * xs, y, b, e); break;
+              case WeightFormat::Q8:
+                q8::matvec(part.w->q8_view(), ws.xq.data() + i * blocks * q8::kBlock, ws.xd.data() + i * blocks, y, b, e);
+                break;
+            }
+          }
+        }
+      });
+      return;
+    }
+  }
+  (linear(x, std::get<0>(products), std::get<1>(products), ws), ...);
 }
 
 }  // namespace minimind::kernels

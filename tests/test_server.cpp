@@ -461,9 +461,11 @@ TEST_CASE("minimind-server: bad requests get OpenAI-style errors with the right 
 
   // 404 for unknown paths and methods, with a JSON body.
   auto client = server.client();
-  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+  // Plain loop variables: clang 14's lambdas (inside CAPTURE) cannot name structured bindings.
+  for (const auto& request : std::vector<std::pair<std::string, std::string>>{
            {"GET", "/v1/nothing"}, {"POST", "/v1/nothing"}, {"GET", "/v1/chat/completions"}}) {
-    auto res = method == "GET" ? client.Get(path.c_str()) : client.Post(path.c_str(), "{}", "application/json");
+    const std::string& path = request.second;
+    auto res = request.first == "GET" ? client.Get(path.c_str()) : client.Post(path.c_str(), "{}", "application/json");
     CAPTURE(path);
     REQUIRE(res);
     CHECK(res->status == 404);
@@ -484,7 +486,7 @@ TEST_CASE("minimind-server: bad requests get OpenAI-style errors with the right 
 }
 
 TEST_CASE("minimind-server: flag errors are one line and exit 1") {
-  for (const auto& [flags, needle] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& flag_case : std::vector<std::pair<std::string, std::string>>{
            {"--slots 0", "--slots must be in"},
            {"--port 70000", "--port must be in"},
            {"--queue -1", "--queue must be in"},
@@ -492,6 +494,7 @@ TEST_CASE("minimind-server: flag errors are one line and exit 1") {
            {"--frobnicate", "unknown flag --frobnicate"},
            {"--model /nonexistent", "/nonexistent"},
            {"--port " + std::to_string(demo_server().port()), "cannot listen on 127.0.0.1:"}}) {
+    const std::string &flags = flag_case.first, &needle = flag_case.second;
     const auto r = run_command(program("minimind-server") + " " + flags);
     CAPTURE(flags);
     CAPTURE(r.err);

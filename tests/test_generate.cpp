@@ -127,3 +127,26 @@ TEST_CASE("generation defaults come from generation_config.json and every eos id
   write_file(dir / "generation_config.json", R"({"temperature": "hot"})");
   CHECK_THROWS_WITH_AS(GenerationConfig::from_pretrained(dir, model.config()), doctest::Contains("\"temperature\""), Error);
 }
+
+TEST_CASE("resource bounds: max_new_tokens of any size reserves only what the context holds") {
+  // A generation_config.json may say 10^12; reserving that many ids once threw std::length_error.
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(case_dir);
+  auto session = model.new_session(8);
+  const auto result = generate(model, session, std::vector<int32_t>{1, 2, 3}, greedy(1'000'000'000'000));
+  CHECK(result.stop == StopReason::ContextFull);
+  CHECK(result.ids.size() == 6);  // 5 positions left after the prompt, plus the last prediction
+  CHECK(result.ids.capacity() <= 6);
+}
+
+TEST_CASE("prompt ids out of range are refused before anything runs, and the session stays usable") {
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(case_dir);
+  const auto vocab = static_cast<int32_t>(model.config().vocab_size);
+  auto session = model.new_session(16);
+  for (const int32_t bad : {INT32_MIN, -1, vocab, INT32_MAX}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(generate(model, session, std::vector<int32_t>{1, bad, 2}, greedy(4)),
+                         doctest::Contains(("token id " + std::to_string(bad) + " is outside the vocabulary").c_str()), Error);
+    CHECK(session.position() == 0);
+  }
+  CHECK(generate(model, session, std::vector<int32_t>{1, vocab - 1}, greedy(4)).ids.size() == 4);
+}

@@ -1,7 +1,9 @@
 #pragma once
 // The token loop: prefill the prompt in one batched pass, then one token at a time through the KV
 // cache, until an end-of-sequence id, max_new_tokens, or a full context. Nothing is allocated
-// per token: the sampler, the session and the id buffers are sized before the loop.
+// per token: the sampler, the session and the id buffers are sized before the loop. Any number of
+// threads may generate from one const model at once, each with its own Session; the Sampler is
+// made per call.
 #include "minimind/error.hpp"
 #include "minimind/io/json.hpp"
 #include "minimind/model.hpp"
@@ -114,7 +116,10 @@ GenerationResult generate(const MiniMindForCausalLM<T>& model, Session<T>& sessi
   GenerationResult result;
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
   if (config.max_new_tokens == 0) return result;
-  result.ids.reserve(static_cast<size_t>(config.max_new_tokens));
+  // At most one id per position left after the prompt, plus the one sampled last: max_new_tokens
+  // alone may be any number a generation_config.json says.
+  const auto most = std::min<int64_t>(config.max_new_tokens, session.remaining() - static_cast<Index>(prompt.size()) + 1);
+  result.ids.reserve(static_cast<size_t>(most));
 
   const int64_t vocab = model.config().vocab_size;
   Sampler sampler(config.sampling, vocab);

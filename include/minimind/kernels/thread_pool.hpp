@@ -1,8 +1,9 @@
 #pragma once
 // A small persistent thread pool for splitting one operation's rows across cores. The calling
 // thread is worker 0 and takes part; the others wait for work by spinning briefly (a decode step
-// dispatches some sixty operations a few microseconds apart) and then sleep on a condition
-// variable. Dispatching allocates nothing: the task is passed as a pointer to the caller's lambda.
+// dispatches some forty operations a few microseconds apart), then yield the core for a while
+// (on a loaded machine the thread it waits for may need this very core), then sleep on a
+// condition variable. The caller waits for the others the same way: a short spin, then yields. Dispatching allocates nothing: the task is passed as a pointer to the caller's lambda.
 //
 // One operation runs at a time. A call made while the pool is busy (another session on another
 // thread, or a nested call from inside a task) runs the whole range on the calling thread, so
@@ -65,7 +66,10 @@ class ThreadPool {
       cv_.notify_all();
     }
     task(0, size_);
-    while (pending_.load(std::memory_order_acquire) != 0) MINIMIND_CPU_RELAX();
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+      if (spin < kCallerSpins) MINIMIND_CPU_RELAX();
+      else std::this_thread::yield();
+    }
     busy_.store(false, std::memory_order_release);
   }
 
@@ -97,8 +101,9 @@ class ThreadPool {
     uint64_t seen = 0;
     for (;;) {
       uint64_t now = generation_.load(std::memory_order_acquire);
-      for (int spin = 0; now == seen && spin < kSpins; ++spin) {
-        MINIMIND_CPU_RELAX();
+      for (int spin = 0; now == seen && spin < kSpins + kYields; ++spin) {
+        if (spin < kSpins) MINIMIND_CPU_RELAX();
+        else std::this_thread::yield();
         now = generation_.load(std::memory_order_acquire);
       }
       if (now == seen) {
@@ -115,7 +120,9 @@ class ThreadPool {
     }
   }
 
-  static constexpr int kSpins = 1 << 16;  // about 100 microseconds of pause before sleeping
+  static constexpr int kSpins = 4096;        // pauses (some tens of microseconds) before yielding
+  static constexpr int kYields = 2048;       // then yields before sleeping
+  static constexpr int kCallerSpins = 2048;  // the caller's pauses before it yields
 
   int size_ = 1;
   std::vector<std::thread> workers_;

@@ -25,7 +25,7 @@ int run(int argc, char** argv) {
       .value("--ctx", "context length in tokens (default: max_position_embeddings, at most 4096)");
   if (!args.parse(argc, argv)) return 0;
 
-  const auto checkpoint = cli::Checkpoint::load(cli::model_dir(args));
+  const auto checkpoint = cli::load_checkpoint(args);
   const auto& model = checkpoint.model;
   const auto& tokenizer = checkpoint.require_tokenizer();
   const minimind::ChatTemplate chat_template(tokenizer.chat_template());

@@ -178,9 +178,9 @@ struct Checkpoint {
 
   // `dir` may also be a .safetensors, .pth or .gguf file (minimind::load_checkpoint); the
   // tokenizer is a GGUF's own, else tokenizer.json beside the weights.
-  static Checkpoint load(const std::filesystem::path& dir) {
+  static Checkpoint load(const std::filesystem::path& dir, const minimind::LoadOptions& options = {}) {
     const minimind::Checkpoint checkpoint = minimind::load_checkpoint(dir);
-    Checkpoint c{dir, minimind::MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors),
+    Checkpoint c{dir, minimind::MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors, options),
                  checkpoint.tokenizer(), {}};
     c.generation = minimind::GenerationConfig::from_pretrained(checkpoint.directory(), c.model.config(),
                                                                c.tokenizer ? &*c.tokenizer : nullptr);
@@ -195,9 +195,21 @@ struct Checkpoint {
 
 // The --model flag every program shares; defaults to the demo model shipped in examples/models.
 inline Args& model_flag(Args& args) {
-  return args.value("--model", "checkpoint directory, or .safetensors/.pth/.gguf file (default: the demo model, " MINIMIND_DEMO_MODEL_DIR ")");
+  return args.value("--model", "checkpoint directory, or .safetensors/.pth/.gguf file (default: the demo model, " MINIMIND_DEMO_MODEL_DIR ")")
+      .value("--dtype", "weight format held in memory: f32, bf16 or q8 (default f32)")
+      .value("--threads", "threads per forward pass (default: one per core)");
 }
 inline std::filesystem::path model_dir(const Args& args) { return args.get_or("--model", MINIMIND_DEMO_MODEL_DIR); }
+inline minimind::LoadOptions load_options(const Args& args) {
+  minimind::LoadOptions options;
+  options.format = minimind::parse_format(args.get_or("--dtype", "f32"));
+  const int64_t threads = args.int_or("--threads", 0);
+  if (args.has("--threads") && (threads < 1 || threads > 1024)) throw UsageError("--threads must be in [1, 1024]");
+  options.threads = static_cast<int>(threads);
+  return options;
+}
+// The checkpoint named by --model, held as --dtype, run on --threads.
+inline Checkpoint load_checkpoint(const Args& args) { return Checkpoint::load(model_dir(args), load_options(args)); }
 
 // The sampling flags of the generating programs, and how they override the checkpoint's defaults.
 inline Args& sampling_flags(Args& args) {

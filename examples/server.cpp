@@ -662,16 +662,6 @@ class Server {
   std::atomic<uint64_t> next_id_{1};
 };
 
-// --threads sets the model's forward-pass pool. The pool is new in the library (LoadOptions);
-// with a library that has none, a forward pass runs on the calling thread and only 0 or 1 fit.
-template <class M>
-void set_forward_threads(M& model, int64_t threads) {
-  if constexpr (requires { model.set_threads(1); }) {
-    model.set_threads(static_cast<int>(threads));
-  } else if (threads > 1) {
-    throw cli::UsageError("--threads " + std::to_string(threads) + ": this build of the library runs a forward pass on one thread");
-  }
-}
 template <class M>
 int forward_threads(const M& model) {
   if constexpr (requires { model.threads(); }) return model.threads();
@@ -716,7 +706,6 @@ int run(int argc, char** argv) {
   cli::model_flag(args)
       .value("--host", "address to listen on (default 127.0.0.1)")
       .value("--port", "port to listen on; 0 picks a free one (default 8080)")
-      .value("--threads", "threads per forward pass (default: one per core)")
       .value("--slots", "requests generated at once, each with its own KV cache (default 4)")
       .value("--queue", "requests that may wait for a slot; more get 503 (default 16)")
       .value("--ctx", "context length of each slot in tokens (default: max_position_embeddings, at most 4096)")
@@ -731,12 +720,9 @@ int run(int argc, char** argv) {
   if (queue < 0 || queue > 4096) throw cli::UsageError("--queue must be in [0, 4096]");
   const int64_t max_body = args.int_or("--max-body", 1 << 20);
   if (max_body < 1) throw cli::UsageError("--max-body must be >= 1");
-  const int64_t threads = args.int_or("--threads", 0);
-  if (threads < 0) throw cli::UsageError("--threads must be >= 0 (0 = one per core)");
 
   const auto dir = cli::model_dir(args);
-  auto checkpoint = cli::Checkpoint::load(dir);
-  set_forward_threads(checkpoint.model, threads);
+  auto checkpoint = cli::load_checkpoint(args);
   const int64_t max_context = checkpoint.model.config().max_position_embeddings;
   const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, 4096));
   if (context < 2 || context > max_context) throw cli::UsageError("--ctx must be in [2, " + std::to_string(max_context) + "]");

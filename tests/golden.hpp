@@ -14,6 +14,15 @@
 
 namespace minimind::testing {
 
+// Greedy decoding of exactly max_new_tokens tokens: what the golden greedy ids are made with.
+inline GenerationConfig greedy(int64_t max_new_tokens) {
+  GenerationConfig g;
+  g.max_new_tokens = max_new_tokens;
+  g.sampling.temperature = 0;
+  g.ignore_eos = true;
+  return g;
+}
+
 struct GoldenPrompt {
   std::string name;
   std::vector<int32_t> ids;

@@ -17,6 +17,7 @@
 #include <vector>
 
 using namespace minimind;
+using minimind::testing::greedy;
 
 namespace {
 
@@ -25,13 +26,6 @@ constexpr int kRounds = 2;  // each thread goes through its prompts twice, reusi
 
 const std::filesystem::path demo_dir = minimind::testing::source_dir() / "examples" / "models" / "demo";
 
-GenerationConfig greedy(int64_t max_new_tokens) {
-  GenerationConfig g;
-  g.max_new_tokens = max_new_tokens;
-  g.sampling.temperature = 0;
-  g.ignore_eos = true;
-  return g;
-}
 
 std::vector<int32_t> run_greedy(const MiniMindForCausalLM<float>& model, Session<float>& session,
                                 const std::vector<int32_t>& prompt, int64_t new_tokens) {

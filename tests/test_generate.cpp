@@ -6,15 +6,9 @@
 #include "golden.hpp"
 
 using namespace minimind;
+using minimind::testing::greedy;
 
 namespace {
-GenerationConfig greedy(int64_t max_new_tokens) {
-  GenerationConfig g;
-  g.max_new_tokens = max_new_tokens;
-  g.sampling.temperature = 0;
-  g.ignore_eos = true;
-  return g;
-}
 const std::filesystem::path case_dir = minimind::testing::data_dir() / "golden" / "mm3-dense";
 }  // namespace
 

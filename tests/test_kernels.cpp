@@ -165,7 +165,8 @@ TEST_CASE("linear(): every format, decode and prefill, 1 and 2 threads, against 
       kernels::Workspace work;
       work.pool = &pool;
       for (Index n : {1, 2, 3, 7, 33}) {
-        for (auto [rows, cols] : {std::pair<Index, Index>{64, 48}, {200, 64}, {1408, 512}, {96, 1408}}) {
+        for (const auto& shape : {std::pair<Index, Index>{64, 48}, {200, 64}, {1408, 512}, {96, 1408}}) {
+          const Index rows = shape.first, cols = shape.second;  // clang 14 cannot capture structured bindings
           CAPTURE(std::string(format_name(format)));
           CAPTURE(threads);
           CAPTURE(n);

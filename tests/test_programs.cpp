@@ -101,11 +101,34 @@ TEST_CASE("minimind-chat runs a piped conversation with /reset and ends at EOF")
   CHECK(again.out == r.out.substr(r.out.find('\n') + 1));  // after /reset the second reply is as if first
 }
 
-TEST_CASE("every program has --help") {
-  for (const char* name : {"minimind-next", "minimind-generate", "minimind-chat"}) {
+TEST_CASE("--dtype and --threads: every weight format and thread count gives the reference greedy ids") {
+  const auto golden = read_golden_case(golden_case);
+  const auto& prompt = golden.prompts[0];
+  const std::string expected = join(prompt.greedy_ids) + "\n";
+  for (const char* dtype : {"f32", "bf16", "q8"}) {
+    for (const char* threads : {"1", "2", "3"}) {
+      CAPTURE(dtype);
+      CAPTURE(threads);
+      const auto r = run_command(program("minimind-generate") + " --model " + golden_case + " --ids " + join(prompt.ids) +
+                                 " --temperature 0 --ignore-eos --print-ids --dtype " + dtype + " --threads " + threads +
+                                 " --max-new-tokens " + std::to_string(prompt.greedy_ids.size()));
+      REQUIRE(r.exit_code == 0);
+      // bf16 and q8 change the logits a little; on this case greedy decoding does not notice.
+      if (std::string(dtype) == "f32") CHECK(r.out == expected);
+      else CHECK(r.out.substr(0, r.out.find(',')) == expected.substr(0, expected.find(',')));
+    }
+  }
+  const auto r = run_command(program("minimind-next") + " --prompt 今天天气 --dtype q8 --threads 2");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.substr(r.out.find('\n') + 1).find("\"很\"") != std::string::npos);
+}
+
+TEST_CASE("every program has --help, naming --model, --dtype and --threads") {
+  for (const char* name : {"minimind-next", "minimind-generate", "minimind-chat", "minimind-server"}) {
+    CAPTURE(name);
     const auto r = run_command(program(name) + " --help");
     CHECK(r.exit_code == 0);
-    CHECK(r.out.find("--model") != std::string::npos);
+    for (const char* flag : {"--model", "--dtype", "--threads"}) CHECK(r.out.find(flag) != std::string::npos);
   }
 }
 
@@ -127,4 +150,7 @@ TEST_CASE("bad flags and values are one-line errors") {
   for (int i = 0; i < 600; ++i) long_prompt += "猫";
   check_error(run_command(gen + " --prompt " + long_prompt), "minimind-generate", "context");
   check_error(run_command(program("minimind-chat") + " --ctx 0"), "minimind-chat", "--ctx");
+  check_error(run_command(program("minimind-next") + " --prompt hi --dtype f64"), "minimind-next", "unknown weight format \"f64\"");
+  check_error(run_command(program("minimind-next") + " --prompt hi --threads 0"), "minimind-next", "--threads must be in [1, 1024]");
+  check_error(run_command(gen + " --prompt hi --threads many"), "minimind-generate", "is not an integer");
 }

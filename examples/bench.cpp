@@ -3,6 +3,7 @@
 // only). tg<N>: N single-token forward passes from an empty cache, each with its logits, the next
 // id drawn at random as llama-bench does. Each test runs once to warm up, then -r times; the table
 // gives the min / median / max tokens per second over those runs.
+#include <minimind/checkpoint.hpp>
 #include <minimind/minimind.hpp>
 
 #include "cli.hpp"
@@ -84,7 +85,7 @@ double run_tg(const Model& model, minimind::Session<float>& session, int64_t n, 
 
 int run(int argc, char** argv) {
   cli::Args args("minimind-bench", "tokens per second of prefill and decode, like llama-bench");
-  args.value("--model", "checkpoint directory to load")
+  args.value("--model", "checkpoint to load: directory, or .safetensors/.pth/.gguf file")
       .value("--shape", "random weights of a published shape instead: minimind2-small or minimind-3")
       .value("--dtype", "weight format(s) held in memory: f32, bf16, q8, or a list such as f32,q8 (default f32)")
       .value("-p", "prompt length of the prefill test, 0 to skip (default 128)")
@@ -133,7 +134,7 @@ int run(int argc, char** argv) {
     const minimind::LoadOptions options{format, thread_counts.front()};
     const double rss_before = resident_mib();
     const auto load_start = Clock::now();
-    Model model = args.has("--model") ? Model::from_pretrained(*args.get("--model"), options)
+    Model model = args.has("--model") ? minimind::load_model<float>(*args.get("--model"), options)
                                       : Model::random(shape_config, 1, options);
     const double load_ms = seconds_since(load_start) * 1e3;
     const double rss_loaded = resident_mib();

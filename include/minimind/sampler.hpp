@@ -81,10 +81,18 @@ class Sampler {
     const size_t vocab = logits.size();
     if (vocab != order_.size()) throw Error("sampler: logits have " + std::to_string(vocab) + " entries, expected " + std::to_string(order_.size()));
     // NaN logits (activations of extreme but finite weights overflowed) have no order: sorting
-    // them is undefined behaviour and argmax would pick an arbitrary token, so they are refused.
+    // them is undefined behaviour and argmax would pick an arbitrary token. A +inf logit makes
+    // the softmax inf/inf = NaN. Both are refused; -inf is a mask (that token is never drawn),
+    // but not on every token.
+    bool any_candidate = false;
     for (size_t i = 0; i < vocab; ++i) {
       if (std::isnan(logits[i])) throw Error("sampler: the logit of token " + std::to_string(i) + " is NaN (the forward pass overflowed)");
+      if (logits[i] == std::numeric_limits<float>::infinity()) {
+        throw Error("sampler: the logit of token " + std::to_string(i) + " is +inf (the forward pass overflowed)");
+      }
+      any_candidate = any_candidate || logits[i] != -std::numeric_limits<float>::infinity();
     }
+    if (!any_candidate) throw Error("sampler: every logit is -inf, no token can be drawn");
     const bool greedy = params_.temperature == 0.0f;
     if (!greedy) {
       for (float& l : logits) l /= params_.temperature;

@@ -65,23 +65,28 @@ inline float dot(const uint16_t* w, const float* x, Index cols) {
   return sum;
 }
 
-// y[r] = float(W[r, :]) . x for r in [begin, end).
+// y[r] = float(W[r, :]) . x for r in [begin, end), prefetching like f32::matvec.
 inline void matvec(const uint16_t* w, Index cols, const float* x, float* y, Index begin, Index end) {
   Index r = begin;
 #if MINIMIND_AVX2
-  if (cols % 8 == 0) {
+  if (cols % 32 == 0) {
     for (; r + 4 <= end; r += 4) {
       const uint16_t* w0 = w + r * cols;
-      const uint16_t* w1 = w0 + cols;
-      const uint16_t* w2 = w1 + cols;
-      const uint16_t* w3 = w2 + cols;
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-      for (Index c = 0; c < cols; c += 8) {
-        const __m256 xv = _mm256_loadu_ps(x + c);
-        a0 = _mm256_fmadd_ps(load8(w0 + c), xv, a0);
-        a1 = _mm256_fmadd_ps(load8(w1 + c), xv, a1);
-        a2 = _mm256_fmadd_ps(load8(w2 + c), xv, a2);
-        a3 = _mm256_fmadd_ps(load8(w3 + c), xv, a3);
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (Index c = 0; c < cols; c += 32) {
+        const __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+        const __m256 x2 = _mm256_loadu_ps(x + c + 16), x3 = _mm256_loadu_ps(x + c + 24);
+        auto row = [&](const uint16_t* wr, __m256 a) {
+          _mm_prefetch(reinterpret_cast<const char*>(wr + 4 * cols), _MM_HINT_T0);
+          a = _mm256_fmadd_ps(load8(wr), x0, a);
+          a = _mm256_fmadd_ps(load8(wr + 8), x1, a);
+          a = _mm256_fmadd_ps(load8(wr + 16), x2, a);
+          return _mm256_fmadd_ps(load8(wr + 24), x3, a);
+        };
+        a0 = row(w0 + c, a0);
+        a1 = row(w0 + cols + c, a1);
+        a2 = row(w0 + 2 * cols + c, a2);
+        a3 = row(w0 + 3 * cols + c, a3);
       }
       _mm_storeu_ps(y + r, hsum4(a0, a1, a2, a3));
     }

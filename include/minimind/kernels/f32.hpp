@@ -31,23 +31,26 @@ inline float dot(const float* w, const float* x, Index cols) {
   return sum;
 }
 
-// y[r] = W[r, :] . x for r in [begin, end).
+// y[r] = W[r, :] . x for r in [begin, end). Each pass over four rows also prefetches the same
+// bytes of the next four: more loads in flight than the hardware prefetcher keeps on its own.
 inline void matvec(const float* w, Index cols, const float* x, float* y, Index begin, Index end) {
   Index r = begin;
 #if MINIMIND_AVX2
-  if (cols % 8 == 0) {
+  if (cols % 16 == 0) {
     for (; r + 4 <= end; r += 4) {
       const float* w0 = w + r * cols;
-      const float* w1 = w0 + cols;
-      const float* w2 = w1 + cols;
-      const float* w3 = w2 + cols;
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-      for (Index c = 0; c < cols; c += 8) {
-        const __m256 xv = _mm256_loadu_ps(x + c);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + c), xv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + c), xv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + c), xv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + c), xv, a3);
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (Index c = 0; c < cols; c += 16) {
+        const __m256 xa = _mm256_loadu_ps(x + c), xb = _mm256_loadu_ps(x + c + 8);
+        auto row = [&](const float* wr, __m256 a) {
+          _mm_prefetch(reinterpret_cast<const char*>(wr + 4 * cols), _MM_HINT_T0);
+          a = _mm256_fmadd_ps(_mm256_loadu_ps(wr), xa, a);
+          return _mm256_fmadd_ps(_mm256_loadu_ps(wr + 8), xb, a);
+        };
+        a0 = row(w0 + c, a0);
+        a1 = row(w0 + cols + c, a1);
+        a2 = row(w0 + 2 * cols + c, a2);
+        a3 = row(w0 + 3 * cols + c, a3);
       }
       _mm_storeu_ps(y + r, hsum4(a0, a1, a2, a3));
     }

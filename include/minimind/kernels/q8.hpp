@@ -156,43 +156,64 @@ inline float dot(const View& w, Index r, const int8_t* xq, const float* xd) {
   return sum;
 }
 
+#if MINIMIND_AVX2
+// The sum of the 32 products of one block, as 8 int32 lanes converted to float. `ax` = |x|.
+inline __m256 block_dot(const int8_t* wq, __m256i xv, __m256i ax) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq));
+  const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv, xv));  // |x| * (w * sign x), pairs summed
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+#endif
+
 // y[r] = W[r, :] . x for r in [begin, end), x given quantized (q8::quantize_activations).
+// Four rows at a time; the combined scales d_w * d_x of 8 blocks stay in registers. The weights
+// come from DRAM (a model's q8 matrices together exceed the cache), and the integer work per byte
+// leaves too few loads in flight for the hardware prefetcher alone, so each pass over four rows
+// also prefetches the same bytes of the next four.
 inline void matvec(const View& w, const int8_t* xq, const float* xd, float* y, Index begin, Index end) {
   Index r = begin;
 #if MINIMIND_AVX2
   const Index stride = w.blocks * kBlock;
-  const __m256i ones = _mm256_set1_epi16(1);
-  alignas(32) float scale[4][8];
   for (; r + 4 <= end; r += 4) {
     const int8_t* q0 = w.q + r * stride;
     const uint16_t* d0 = w.d + r * w.blocks;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (Index b0 = 0; b0 < w.blocks; b0 += 8) {
-      const Index nb = std::min<Index>(8, w.blocks - b0);
-      // Combined scales d_w * d_x of up to 8 blocks for each of the 4 rows.
-      if (nb == 8) {
-        const __m256 xs = _mm256_loadu_ps(xd + b0);
-        for (int i = 0; i < 4; ++i) {
-          const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d0 + i * w.blocks + b0));
-          _mm256_store_ps(scale[i], _mm256_mul_ps(_mm256_cvtph_ps(h), xs));
+    // Named, not arrays: indexed arrays of vectors go through the stack.
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    Index b0 = 0;
+    for (; b0 + 8 <= w.blocks; b0 += 8) {
+      const __m256 xs = _mm256_loadu_ps(xd + b0);
+      auto scales = [&](int i) {
+        for (int line = 0; line < 4; ++line) {
+          _mm_prefetch(reinterpret_cast<const char*>(q0 + (i + 4) * stride + b0 * kBlock + line * 64), _MM_HINT_T0);
         }
-      } else {
-        for (int i = 0; i < 4; ++i)
-          for (Index b = 0; b < nb; ++b) scale[i][b] = half_to_float(d0[i * w.blocks + b0 + b]) * xd[b0 + b];
-      }
-      for (Index b = 0; b < nb; ++b) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d0 + i * w.blocks + b0));
+        return _mm256_mul_ps(_mm256_cvtph_ps(h), xs);
+      };
+      const __m256 s0 = scales(0), s1 = scales(1), s2 = scales(2), s3 = scales(3);
+      for (int b = 0; b < 8; ++b) {
         const Index off = (b0 + b) * kBlock;
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + off));
         const __m256i ax = _mm256_sign_epi8(xv, xv);
-        for (int i = 0; i < 4; ++i) {
-          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0 + i * stride + off));
-          const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv, xv));
-          const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-          acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(scale[i][b]), p, acc[i]);
-        }
+        const __m256i lane = _mm256_set1_epi32(b);
+        const int8_t* q = q0 + off;
+        a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s0, lane), block_dot(q, xv, ax), a0);
+        a1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s1, lane), block_dot(q + stride, xv, ax), a1);
+        a2 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s2, lane), block_dot(q + 2 * stride, xv, ax), a2);
+        a3 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s3, lane), block_dot(q + 3 * stride, xv, ax), a3);
       }
     }
-    _mm_storeu_ps(y + r, hsum4(acc[0], acc[1], acc[2], acc[3]));
+    for (; b0 < w.blocks; ++b0) {
+      const Index off = b0 * kBlock;
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + off));
+      const __m256i ax = _mm256_sign_epi8(xv, xv);
+      auto scale = [&](int i) { return _mm256_set1_ps(half_to_float(d0[i * w.blocks + b0]) * xd[b0]); };
+      const int8_t* q = q0 + off;
+      a0 = _mm256_fmadd_ps(scale(0), block_dot(q, xv, ax), a0);
+      a1 = _mm256_fmadd_ps(scale(1), block_dot(q + stride, xv, ax), a1);
+      a2 = _mm256_fmadd_ps(scale(2), block_dot(q + 2 * stride, xv, ax), a2);
+      a3 = _mm256_fmadd_ps(scale(3), block_dot(q + 3 * stride, xv, ax), a3);
+    }
+    _mm_storeu_ps(y + r, hsum4(a0, a1, a2, a3));
   }
 #endif
   for (; r < end; ++r) y[r] = dot(w, r, xq, xd);

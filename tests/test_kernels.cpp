@@ -107,7 +107,7 @@ TEST_CASE("q8 quantization: blocks of 32, error within half a step of each block
     }
   }
   // Padding is zero, so it adds nothing to a dot product.
-  for (Index c = cols; c < 128; ++c) CHECK(w.q8_view().q[c] == 0);
+  for (Index c = cols; c < 128; ++c) CHECK(kernels::q8::block_ptr(w.q8_view(), 0, 3)[c - 96] == 0);
 
   // Activations: float scales, same blocks; the vectorized path matches the scalar rule.
   std::vector<int8_t> q(128);
@@ -151,7 +151,7 @@ TEST_CASE("matrix-vector kernels match their references on random inputs") {
         kernels::q8::matvec(q.q8_view(), xq.data(), xd.data(), part.data(), 1, rows - 1);
         CHECK(part[0] == -7.0f);
         CHECK(part[static_cast<size_t>(rows - 1)] == -7.0f);
-        CHECK(part[1] == doctest::Approx(ref[1]).epsilon(1e-5).scale(1));
+        for (Index r = 1; r < rows - 1; ++r) CHECK(part[static_cast<size_t>(r)] == doctest::Approx(ref[r]).epsilon(1e-5).scale(1));
       }
     }
   }

@@ -5,7 +5,8 @@
 // weights that overflow during a forward pass give inf/NaN logits, which the Sampler refuses.
 // A tensor stored as that format is used in place inside the mapped file (zero copy): F32 held as
 // f32, BF16 held as bf16. Anything else is converted once into an owned buffer: F16/BF16 widened
-// exactly to f32, or f32 values rounded to bf16 or quantized to q8 (kernels/q8.hpp). Shapes are
+// exactly to f32, or f32 values rounded to bf16 or quantized to q8 (kernels/q8.hpp), held in a
+// WeightArena (huge pages: decode reads them faster). Shapes are
 // checked here against the config, with the tensor's name and the config field in the message.
 #include "minimind/error.hpp"
 #include "minimind/io/safetensors.hpp"
@@ -13,6 +14,7 @@
 #include "minimind/kernels/format.hpp"
 #include "minimind/kernels/q8.hpp"
 #include "minimind/tensor.hpp"
+#include "minimind/weight_arena.hpp"
 
 #include <Eigen/Core>
 
@@ -49,6 +51,12 @@ class Weight {
     w.is_view_ = false;
     return w;
   }
+  // Values [rows, cols] in a buffer of ours (a WeightArena piece) kept alive by `owner`.
+  static Weight owned(std::shared_ptr<const void> owner, T* data, Index rows, Index cols) {
+    Weight w = view(std::move(owner), data, rows, cols);
+    w.is_view_ = false;
+    return w;
+  }
   static Weight view(std::shared_ptr<const void> owner, T* data, Index rows, Index cols) {
     Weight w;
     w.owner_ = std::move(owner);
@@ -70,8 +78,8 @@ class Weight {
     return w;
   }
 
-  // A copy of this f32 weight in `format` (itself when format is f32).
-  Weight to_format(WeightFormat format) const {
+  // A copy of this f32 weight in `format` (itself when format is f32), its bytes from `arena`.
+  Weight to_format(WeightFormat format, WeightArena& arena) const {
     if (format == format_) return *this;
     if (format_ != WeightFormat::F32) throw Error("a weight can only be converted from f32");
     if constexpr (!std::is_same_v<T, float>) {
@@ -79,27 +87,36 @@ class Weight {
     } else {
       const Index n = rows_ * cols_;
       if (format == WeightFormat::BF16) {
-        auto storage = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n));
-        for (Index i = 0; i < n; ++i) (*storage)[i] = kernels::bf16::from_float(data_[i]);
-        const uint16_t* data = storage->data();
+        auto storage = arena.allocate(static_cast<size_t>(n) * 2);
+        auto* data = static_cast<uint16_t*>(storage.get());
+        for (Index i = 0; i < n; ++i) data[i] = kernels::bf16::from_float(data_[i]);
         return bf16(std::move(storage), data, rows_, cols_, false);
       }
-      auto storage = std::make_shared<Q8Storage>();
       const Index blocks = kernels::q8::blocks_for(cols_);
-      storage->q.resize(static_cast<size_t>(rows_ * blocks * kernels::q8::kBlock));
-      storage->d.resize(static_cast<size_t>(rows_ * blocks));
+      const auto q_bytes = static_cast<size_t>(rows_ * blocks * kernels::q8::kBlock);
+      auto storage = arena.allocate(q_bytes + static_cast<size_t>(rows_ * blocks) * 2);  // q, then the scales d
+      auto* q = static_cast<int8_t*>(storage.get());
+      auto* d = reinterpret_cast<uint16_t*>(q + q_bytes);
+      std::vector<int8_t> row(static_cast<size_t>(blocks * kernels::q8::kBlock));
       for (Index r = 0; r < rows_; ++r) {
-        kernels::q8::quantize_row(data_ + r * cols_, cols_, storage->q.data() + r * blocks * kernels::q8::kBlock,
-                                  storage->d.data() + r * blocks);
+        kernels::q8::quantize_row(data_ + r * cols_, cols_, row.data(), d + r * blocks);
+        for (Index b = 0; b < blocks; ++b) {
+          std::memcpy(q + kernels::q8::block_offset(rows_, blocks, r, b), row.data() + b * kernels::q8::kBlock, kernels::q8::kBlock);
+        }
       }
       Weight w;
       w.format_ = WeightFormat::Q8;
-      w.q8_ = {storage->q.data(), storage->d.data(), rows_, cols_, blocks};
+      w.q8_ = {q, d, rows_, cols_, blocks};
       w.owner_ = std::move(storage);
       w.rows_ = rows_;
       w.cols_ = cols_;
       return w;
     }
+  }
+  // The same with an arena of its own (a weight made alone, as in tests).
+  Weight to_format(WeightFormat format) const {
+    WeightArena arena;
+    return to_format(format, arena);
   }
 
   WeightFormat format() const { return format_; }
@@ -138,10 +155,6 @@ class Weight {
   }
 
  private:
-  struct Q8Storage {
-    std::vector<int8_t> q;
-    std::vector<uint16_t> d;
-  };
   const T* f32_data() const {
     if (format_ != WeightFormat::F32 && rows_ * cols_ > 0) {
       throw Error(std::string("this weight is held as ") + format_name(format_) + ", not as f32");
@@ -181,7 +194,7 @@ class WeightLoader {
   Weight<T> matrix(const std::string& name, int64_t rows, int64_t cols, const std::string& dims,
                    bool packed = true) const {
     const WeightFormat format = packed ? format_ : WeightFormat::F32;
-    if (!table_) return random_weight(name, rows, cols, T(1) / std::sqrt(static_cast<T>(cols)), T(0)).to_format(format);
+    if (!table_) return random_weight(name, rows, cols, T(1) / std::sqrt(static_cast<T>(cols)), T(0), format);
     const io::TensorRef& t = table_->require(name);
     if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols) {
       throw Error(t.file + ": tensor \"" + name + "\" has shape " + t.shape_string() + " but the config implies [" +
@@ -190,7 +203,7 @@ class WeightLoader {
     return load(t, rows, cols, format);
   }
   Weight<T> vector(const std::string& name, int64_t size, const std::string& dims) const {
-    if (!table_) return random_weight(name, 1, size, T(0.1), T(1));
+    if (!table_) return random_weight(name, 1, size, T(0.1), T(1), WeightFormat::F32);
     const io::TensorRef& t = table_->require(name);
     if (t.shape.size() != 1 || t.shape[0] != size) {
       throw Error(t.file + ": tensor \"" + name + "\" has shape " + t.shape_string() + " but the config implies [" +
@@ -204,7 +217,7 @@ class WeightLoader {
 
   // Uniform in [center - spread, center + spread], from a splitmix64 stream keyed by the name, so
   // each tensor is the same whatever order the model loads them in.
-  Weight<T> random_weight(const std::string& name, int64_t rows, int64_t cols, T spread, T center) const {
+  Weight<T> random_weight(const std::string& name, int64_t rows, int64_t cols, T spread, T center, WeightFormat format) const {
     uint64_t state = seed_ ^ std::hash<std::string>{}(name);
     auto next = [&state] {
       uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -212,15 +225,15 @@ class WeightLoader {
       z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
       return z ^ (z >> 31);
     };
-    MatrixRM<T> m(rows, cols);
-    for (Index i = 0; i < m.size(); ++i) {
-      const T unit = static_cast<T>(next() >> 11) * static_cast<T>(1.0 / 9007199254740992.0);  // [0, 1)
-      m.data()[i] = center + spread * (T(2) * unit - T(1));
-    }
-    return Weight<T>::owned(std::move(m));
+    return make_weight(rows, cols, format, [&](T* data) {
+      for (Index i = 0; i < rows * cols; ++i) {
+        const T unit = static_cast<T>(next() >> 11) * static_cast<T>(1.0 / 9007199254740992.0);  // [0, 1)
+        data[i] = center + spread * (T(2) * unit - T(1));
+      }
+    });
   }
 
-  static Weight<T> load(const io::TensorRef& t, Index rows, Index cols, WeightFormat format) {
+  Weight<T> load(const io::TensorRef& t, Index rows, Index cols, WeightFormat format) const {
     check_finite(t);
     const auto address = reinterpret_cast<uintptr_t>(t.bytes.data());
     if (format == WeightFormat::F32 && std::is_same_v<T, float> && t.dtype == io::Dtype::F32 && address % alignof(T) == 0) {
@@ -229,11 +242,26 @@ class WeightLoader {
     if (format == WeightFormat::BF16 && std::is_same_v<T, float> && t.dtype == io::Dtype::BF16 && address % 2 == 0) {
       return Weight<T>::bf16(t.owner, reinterpret_cast<const uint16_t*>(t.bytes.data()), rows, cols, true);
     }
-    MatrixRM<T> m(rows, cols);
     const std::byte* src = t.bytes.data();
-    const Index n = rows * cols;
-    for (Index i = 0; i < n; ++i) m.data()[i] = static_cast<T>(widen(t.dtype, src + i * io::dtype_size(t.dtype)));
-    return Weight<T>::owned(std::move(m)).to_format(format);
+    return make_weight(rows, cols, format, [&](T* data) {
+      for (Index i = 0; i < rows * cols; ++i) data[i] = static_cast<T>(widen(t.dtype, src + i * io::dtype_size(t.dtype)));
+    });
+  }
+
+  // A weight whose f32 values fill(data) writes, held as `format`. Kept as f32, the values go
+  // straight into the arena; otherwise a temporary holds them until converted, so the arena
+  // holds only what the model keeps.
+  template <class Fill>
+  Weight<T> make_weight(Index rows, Index cols, WeightFormat format, Fill&& fill) const {
+    if (format == WeightFormat::F32) {
+      auto storage = arena_->allocate(static_cast<size_t>(rows * cols) * sizeof(T));
+      T* data = static_cast<T*>(storage.get());
+      fill(data);
+      return Weight<T>::owned(std::move(storage), data, rows, cols);
+    }
+    MatrixRM<T> m(rows, cols);
+    fill(m.data());
+    return Weight<T>::owned(std::move(m)).to_format(format, *arena_);
   }
 
   // Refuses a tensor holding NaN or an infinity, naming it and the first such element: a
@@ -290,6 +318,7 @@ class WeightLoader {
 
   const io::TensorTable* table_ = nullptr;
   WeightFormat format_ = WeightFormat::F32;
+  std::shared_ptr<WeightArena> arena_ = std::make_shared<WeightArena>();  // shared by copies of the loader
   uint64_t seed_ = 0;
 };
 

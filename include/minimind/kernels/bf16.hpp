@@ -54,45 +54,24 @@ inline float dot(const uint16_t* w, const float* x, Index cols) {
   Index c = 0;
   float sum = 0;
 #if MINIMIND_AVX2
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  for (; c + 16 <= cols; c += 16) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (; c + 32 <= cols; c += 32) {
     a0 = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), a0);
     a1 = _mm256_fmadd_ps(load8(w + c + 8), _mm256_loadu_ps(x + c + 8), a1);
+    a2 = _mm256_fmadd_ps(load8(w + c + 16), _mm256_loadu_ps(x + c + 16), a2);
+    a3 = _mm256_fmadd_ps(load8(w + c + 24), _mm256_loadu_ps(x + c + 24), a3);
   }
-  sum = hsum(_mm256_add_ps(a0, a1));
+  for (; c + 8 <= cols; c += 8) a0 = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), a0);
+  sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 #endif
   for (; c < cols; ++c) sum += to_float(w[c]) * x[c];
   return sum;
 }
 
-// y[r] = float(W[r, :]) . x for r in [begin, end), prefetching like f32::matvec.
+// y[r] = float(W[r, :]) . x for r in [begin, end), row after row as f32::matvec (from DRAM:
+// 11.7 GB/s, against 7-8 for four rows side by side).
 inline void matvec(const uint16_t* w, Index cols, const float* x, float* y, Index begin, Index end) {
-  Index r = begin;
-#if MINIMIND_AVX2
-  if (cols % 32 == 0) {
-    for (; r + 4 <= end; r += 4) {
-      const uint16_t* w0 = w + r * cols;
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (Index c = 0; c < cols; c += 32) {
-        const __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
-        const __m256 x2 = _mm256_loadu_ps(x + c + 16), x3 = _mm256_loadu_ps(x + c + 24);
-        auto row = [&](const uint16_t* wr, __m256 a) {
-          _mm_prefetch(reinterpret_cast<const char*>(wr + 4 * cols), _MM_HINT_T0);
-          a = _mm256_fmadd_ps(load8(wr), x0, a);
-          a = _mm256_fmadd_ps(load8(wr + 8), x1, a);
-          a = _mm256_fmadd_ps(load8(wr + 16), x2, a);
-          return _mm256_fmadd_ps(load8(wr + 24), x3, a);
-        };
-        a0 = row(w0 + c, a0);
-        a1 = row(w0 + cols + c, a1);
-        a2 = row(w0 + 2 * cols + c, a2);
-        a3 = row(w0 + 3 * cols + c, a3);
-      }
-      _mm_storeu_ps(y + r, hsum4(a0, a1, a2, a3));
-    }
-  }
-#endif
-  for (; r < end; ++r) y[r] = dot(w + r * cols, x, cols);
+  for (Index r = begin; r < end; ++r) y[r] = dot(w + r * cols, x, cols);
 }
 
 }  // namespace minimind::kernels::bf16

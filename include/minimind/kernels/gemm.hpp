@@ -55,11 +55,11 @@ inline void widen_block(const Weight<float>& w, Index r, Index mr, Index k0, Ind
     } else {
       // q8: k0 and kc are multiples of 32 except at the end of the row.
       const q8::View& v = w.q8_view();
-      const int8_t* q = v.q + (r + i) * v.blocks * q8::kBlock;
       const uint16_t* d = v.d + (r + i) * v.blocks;
       for (Index c = 0; c < kc; c += q8::kBlock) {
         const Index b = (k0 + c) / q8::kBlock, len = std::min(q8::kBlock, kc - c);
         const float scale = q8::half_to_float(d[b]);
+        const int8_t* q = q8::block_ptr(v, r + i, b) - (k0 + c);  // q[k0 + c + j] for j in the block
         Index j = 0;
 #if MINIMIND_AVX2
         const __m256 s = _mm256_set1_ps(scale);

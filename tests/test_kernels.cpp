@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -267,6 +268,30 @@ TEST_CASE("linear_each(): several weights of one input give what one linear() ea
         CHECK(max_abs(yb, eb) <= 1e-6);
         CHECK(max_abs(yc, ec) <= 1e-6);
       }
+    }
+  }
+}
+
+TEST_CASE("q8::quantize_activations: tiny, zero and non-finite blocks never convert NaN to int8 (fuzz_safetensors finding)") {
+  using minimind::kernels::q8::quantize_activations;
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  for (const Index cols : {Index{8}, Index{32}}) {  // the scalar tail path and the AVX2 full block
+    CAPTURE(cols);
+    // 127 / denorm_min overflows: a zero next to it made 0 * inf = NaN before the fix.
+    std::vector<float> x(static_cast<size_t>(cols), 0.0f);
+    x[1] = tiny;
+    x[2] = -tiny;
+    std::vector<int8_t> q(32, 99);
+    float d = -1;
+    quantize_activations(x.data(), cols, q.data(), &d);
+    CHECK(d == 0.0f);
+    for (const int8_t v : q) CHECK(v == 0);
+    // Non-finite activations keep the block's product non-finite (the sampler refuses it).
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      x.assign(static_cast<size_t>(cols), 1.0f);
+      x[3] = bad;
+      quantize_activations(x.data(), cols, q.data(), &d);
+      CHECK_FALSE(std::isfinite(d));
     }
   }
 }

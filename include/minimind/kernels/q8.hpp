@@ -74,6 +74,15 @@ inline void quantize_row(const float* x, Index cols, int8_t* q, uint16_t* d) {
   }
 }
 
+// A block whose largest magnitude is below this (zero, or so small that 127 / amax overflows to
+// inf and 0 * inf would be NaN, undefined to convert to int8) is stored as zeros with scale 0:
+// such values add nothing a float32 sum could keep next to any normal activation.
+inline constexpr float kSmallest = 127.0f / std::numeric_limits<float>::max();
+inline void zero_block(int8_t* q, float* d) {
+  std::fill(q, q + kBlock, int8_t{0});
+  *d = 0.0f;
+}
+
 // Activations: the same blocks with float scales (kept exact; only the weights are stored).
 inline void quantize_activations(const float* x, Index cols, int8_t* q, float* d) {
   const Index blocks = blocks_for(cols);
@@ -100,8 +109,12 @@ inline void quantize_activations(const float* x, Index cols, int8_t* q, float* d
       h = _mm_max_ps(h, _mm_movehl_ps(h, h));
       h = _mm_max_ss(h, _mm_movehdup_ps(h));
       amax = _mm_cvtss_f32(h);
+      if (amax < kSmallest) {
+        zero_block(q + begin, d + b);
+        continue;
+      }
       d[b] = amax / 127.0f;
-      const __m256 inv = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+      const __m256 inv = _mm256_set1_ps(127.0f / amax);
       __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin), inv));
       __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin + 8), inv));
       __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin + 16), inv));
@@ -116,8 +129,12 @@ inline void quantize_activations(const float* x, Index cols, int8_t* q, float* d
     }
 #endif
     for (Index c = begin; c < end; ++c) amax = std::max(amax, std::abs(x[c]));
+    if (amax < kSmallest) {
+      zero_block(q + begin, d + b);
+      continue;
+    }
     d[b] = amax / 127.0f;
-    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    const float inv = 127.0f / amax;
     for (Index c = begin; c < begin + kBlock; ++c) {
       q[c] = c < end ? static_cast<int8_t>(std::clamp(std::nearbyint(x[c] * inv), -127.0f, 127.0f)) : int8_t{0};
     }

@@ -662,12 +662,6 @@ class Server {
   std::atomic<uint64_t> next_id_{1};
 };
 
-template <class M>
-int forward_threads(const M& model) {
-  if constexpr (requires { model.threads(); }) return model.threads();
-  else return 1;
-}
-
 // httplib::Server with its listening socket reachable: the library listens with a backlog of 5,
 // and a burst of new connections past that has its SYNs dropped and retried seconds later.
 class HttpServer : public httplib::Server {
@@ -781,7 +775,7 @@ int run(int argc, char** argv) {
   http.widen_backlog();
   std::fprintf(stderr, "minimind-server: model %s (%s), %lld slots x %lld tokens of context, queue %lld, %d threads per forward pass\n",
                model_id.c_str(), dir.string().c_str(), static_cast<long long>(slots), static_cast<long long>(context),
-               static_cast<long long>(queue), forward_threads(checkpoint.model));
+               static_cast<long long>(queue), checkpoint.model.threads());
   const bool ipv6 = host.find(':') != std::string::npos;
   std::printf("minimind-server: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", host.c_str(), ipv6 ? "]" : "", bound);
   std::fflush(stdout);

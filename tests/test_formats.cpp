@@ -1,11 +1,9 @@
 // Golden cases in every weight format. f32 must match PyTorch as test_model.cpp checks (1e-3);
 // bf16 must stay within the F16/BF16 tolerance on the cases stored as BF16 (their values are
 // exactly representable, so only summation order differs) and pick the same top-1 token at
-// >= 98% of the other cases' positions. q8 is asked for >= 95% top-1 agreement; on these tiny
-// random-weight cases (hidden 24..64, top-1 margins often below 0.1) int8 rounding of the tied
-// embedding alone moves ~5% of the top-1 choices, so the test holds q8 to what it reaches,
-// >= 85% over all positions and >= 80% per case, and prints the rates and the largest logit
-// difference per format.
+// >= 98% of the other cases' positions; q8 must pick the same top-1 token at >= 95% of all
+// positions (and >= 90% in each case: these tiny random-weight cases, hidden 24..64, have top-1
+// margins often below 0.1). The test prints the rates and the largest logit difference per format.
 #include "golden.hpp"
 
 #include <map>
@@ -93,7 +91,7 @@ void check_formats_in(const std::filesystem::path& root) {
           if (exact_bf16) CHECK(a.max_diff <= std::max(golden.tolerance, 1e-2));
           else CHECK(a.rate() >= 0.90);
           break;
-        case WeightFormat::Q8: CHECK(a.rate() >= 0.80); break;
+        case WeightFormat::Q8: CHECK(a.rate() >= 0.90); break;
       }
     }
   }
@@ -103,7 +101,7 @@ void check_formats_in(const std::filesystem::path& root) {
     MESSAGE(root.string() << ": " << name << " top-1 agreement " << a.same_top1 << "/" << a.positions << " = " << a.rate());
   }
   CHECK(pooled["bf16"].rate() >= 0.98);
-  CHECK(pooled["q8"].rate() >= 0.85);
+  CHECK(pooled["q8"].rate() >= 0.95);
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ MatrixRM<float> widened(const Weight<float>& w) {
 // x after q8's per-block rounding of activations (what the q8 kernels multiply).
 MatrixRM<float> q8_rounded(const MatrixRM<float>& x) {
   const Index blocks = kernels::q8::blocks_for(x.cols());
-  std::vector<int8_t> q(static_cast<size_t>(blocks * 32));
+  std::vector<int16_t> q(static_cast<size_t>(blocks * 32));
   std::vector<float> d(static_cast<size_t>(blocks));
   MatrixRM<float> out(x.rows(), x.cols());
   for (Index r = 0; r < x.rows(); ++r) {
@@ -110,8 +110,8 @@ TEST_CASE("q8 quantization: blocks of 32, error within half a step of each block
   // Padding is zero, so it adds nothing to a dot product.
   for (Index c = cols; c < 128; ++c) CHECK(kernels::q8::block_ptr(w.q8_view(), 0, 3)[c - 96] == 0);
 
-  // Activations: float scales, same blocks; the vectorized path matches the scalar rule.
-  std::vector<int8_t> q(128);
+  // Activations: int16 with float scales, same blocks; the vectorized path matches the scalar rule.
+  std::vector<int16_t> q(128);
   std::vector<float> d(4);
   kernels::q8::quantize_activations(m.row(0).data(), cols, q.data(), d.data());
   for (Index c = 0; c < cols; ++c) {
@@ -140,7 +140,7 @@ TEST_CASE("matrix-vector kernels match their references on random inputs") {
 
       const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
       const Index blocks = kernels::q8::blocks_for(cols);
-      std::vector<int8_t> xq(static_cast<size_t>(blocks * 32));
+      std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
       std::vector<float> xd(static_cast<size_t>(blocks));
       kernels::q8::quantize_activations(x.data(), cols, xq.data(), xd.data());
       kernels::q8::matvec_reference(q.q8_view(), xq.data(), xd.data(), ref.data(), 0, rows);
@@ -272,20 +272,46 @@ TEST_CASE("linear_each(): several weights of one input give what one linear() ea
   }
 }
 
-TEST_CASE("q8::quantize_activations: tiny, zero and non-finite blocks never convert NaN to int8 (fuzz_safetensors finding)") {
+TEST_CASE("q8::matvec: blocks at the largest magnitudes sum exactly (no int32 overflow, exact float lanes)") {
+  // Every weight quantizes to +-127 and every activation to +-32767: the largest block sums.
+  const Index rows = 8, cols = 1408;
+  MatrixRM<float> m(rows, cols);
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (Index c = 0; c < cols; ++c) {
+    for (Index r = 0; r < rows; ++r) m(r, c) = (r % 2 == 0 || c % 3 == 0) ? 1.0f : -1.0f;
+    x[static_cast<size_t>(c)] = c % 5 == 0 ? -2.0f : 2.0f;
+  }
+  const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
+  const Index blocks = kernels::q8::blocks_for(cols);
+  std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
+  std::vector<float> xd(static_cast<size_t>(blocks));
+  kernels::q8::quantize_activations(x.data(), cols, xq.data(), xd.data());
+  for (Index c = 0; c < cols; ++c) CHECK(std::abs(xq[static_cast<size_t>(c)]) == 32767);
+  std::vector<float> ref(static_cast<size_t>(rows)), got(static_cast<size_t>(rows));
+  kernels::q8::matvec_reference(q.q8_view(), xq.data(), xd.data(), ref.data(), 0, rows);
+  kernels::q8::matvec(q.q8_view(), xq.data(), xd.data(), got.data(), 0, rows);
+  for (Index r = 0; r < rows; ++r) {
+    double exact = 0;
+    for (Index c = 0; c < cols; ++c) exact += static_cast<double>(m(r, c)) * x[static_cast<size_t>(c)];
+    CHECK(got[static_cast<size_t>(r)] == doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-6));
+    CHECK(got[static_cast<size_t>(r)] == doctest::Approx(exact).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("q8::quantize_activations: tiny, zero and non-finite blocks never convert NaN to an integer (fuzz_safetensors finding)") {
   using minimind::kernels::q8::quantize_activations;
   const float tiny = std::numeric_limits<float>::denorm_min();
   for (const Index cols : {Index{8}, Index{32}}) {  // the scalar tail path and the AVX2 full block
     CAPTURE(cols);
-    // 127 / denorm_min overflows: a zero next to it made 0 * inf = NaN before the fix.
+    // 32767 / denorm_min overflows: a zero next to it made 0 * inf = NaN before the fix.
     std::vector<float> x(static_cast<size_t>(cols), 0.0f);
     x[1] = tiny;
     x[2] = -tiny;
-    std::vector<int8_t> q(32, 99);
+    std::vector<int16_t> q(32, 99);
     float d = -1;
     quantize_activations(x.data(), cols, q.data(), &d);
     CHECK(d == 0.0f);
-    for (const int8_t v : q) CHECK(v == 0);
+    for (const int16_t v : q) CHECK(v == 0);
     // Non-finite activations keep the block's product non-finite (the sampler refuses it).
     for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       x.assign(static_cast<size_t>(cols), 1.0f);

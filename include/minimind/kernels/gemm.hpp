@@ -32,7 +32,7 @@ struct GemmScratch {
   std::vector<AlignedFloats> ct;    // per thread: its rows of Y^T [rows, positions rounded up to 16]
   std::vector<AlignedFloats> wbuf;  // per thread: 6 widened weight rows x KC
   AlignedFloats rounded;            // q8: the activations after q8 rounding [n, cols]
-  std::vector<int8_t> xq;           // q8: one row of activations quantized
+  std::vector<int16_t> xq;          // q8: one row of activations quantized
   std::vector<float> xd;
 };
 

@@ -25,7 +25,7 @@ namespace minimind::kernels {
 // Scratch of the kernels for one session; grown on first use, never per token.
 struct Workspace {
   ThreadPool* pool = nullptr;  // null: run on the calling thread
-  std::vector<int8_t> xq;      // activations quantized for q8 [rows, blocks * 32]
+  std::vector<int16_t> xq;     // activations quantized for q8 [rows, blocks * 32]
   std::vector<float> xd;       // their scales [rows, blocks]
   GemmScratch gemm;
 

@@ -5,6 +5,8 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define MINIMIND_AVX2 1
 #include <immintrin.h>
+
+#include <cstdint>
 #else
 #define MINIMIND_AVX2 0
 #endif
@@ -18,6 +20,12 @@ inline float hsum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+// Asks for the cache line `ahead` bytes past p, for a decode kernel reading a matrix from DRAM
+// (bf16, q8). An address, not a pointer: near the end of the matrix it lies past the array, and a
+// prefetch never faults.
+inline void prefetch_ahead(const void* p, uintptr_t ahead) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + ahead), _MM_HINT_T0);
 }
 // The four lane sums of a, b, c, d as one 128-bit vector [sum a, sum b, sum c, sum d].
 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {

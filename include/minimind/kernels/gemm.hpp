@@ -210,7 +210,6 @@ inline void gemm(const float* x, Index x_stride, Index n, const Weight<float>& w
   using namespace gemm_detail;
   const Index rows = w.rows(), cols = w.cols();
   const int threads = pool ? pool->size() : 1;
-  const Index panels = (n + kPanel - 1) / kPanel, npad = panels * kPanel;
 
   // q8: the activations first go through the same per-block rounding as in the matrix-vector
   // kernel, so prefill and decode compute the same function.
@@ -231,6 +230,7 @@ inline void gemm(const float* x, Index x_stride, Index n, const Weight<float>& w
   }
 
 #if MINIMIND_AVX2
+  const Index panels = (n + kPanel - 1) / kPanel, npad = panels * kPanel;
   ensure(scratch.xp, panels * cols * kPanel);
   float* xp = scratch.xp.data();
   if (static_cast<int>(scratch.ct.size()) < threads) scratch.ct.resize(static_cast<size_t>(threads));

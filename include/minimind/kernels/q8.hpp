@@ -87,9 +87,48 @@ inline constexpr float kActivationMax = 32767.0f;
 // inf and 0 * inf would be NaN, undefined to convert to an integer) is stored as zeros with scale
 // 0: such values add nothing a float32 sum could keep next to any normal activation.
 inline constexpr float kSmallest = kActivationMax / std::numeric_limits<float>::max();
-inline void zero_block(int16_t* q, float* d) {
-  std::fill(q, q + kBlock, int16_t{0});
-  *d = 0.0f;
+
+// The largest |x[c]| for c in [begin, end).
+inline float block_amax(const float* x, Index begin, Index end) {
+#if MINIMIND_AVX2
+  if (end - begin == kBlock) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin));
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin + 8)));
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin + 16)));
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin + 24)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+  }
+#endif
+  float amax = 0;
+  for (Index c = begin; c < end; ++c) amax = std::max(amax, std::abs(x[c]));
+  return amax;
+}
+
+// q[c] = round(x[c] * inv) for c in [begin, end), zero up to begin + kBlock; |x[c] * inv| <= 32767.
+inline void quantize_block(const float* x, Index begin, Index end, float inv, int16_t* q) {
+#if MINIMIND_AVX2
+  if (end - begin == kBlock) {
+    const __m256 v = _mm256_set1_ps(inv);
+    const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin), v));
+    const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin + 8), v));
+    const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin + 16), v));
+    const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin + 24), v));
+    // Pack 32 int32 to int16; the packs interleave 128-bit lanes, the permutes restore order.
+    const __m256i s01 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
+    const __m256i s23 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i2, i3), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + begin), s01);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + begin + 16), s23);
+    return;
+  }
+#endif
+  for (Index c = begin; c < begin + kBlock; ++c) {
+    q[c] = c < end ? static_cast<int16_t>(std::clamp(std::nearbyint(x[c] * inv), -kActivationMax, kActivationMax))
+                   : int16_t{0};
+  }
 }
 
 // Activations: the same blocks as int16 with float scales (only the weights are stored).
@@ -101,52 +140,14 @@ inline void quantize_activations(const float* x, Index cols, int16_t* q, float* 
     // product comes out NaN as in f32; converting NaN to an integer would be undefined behaviour.
     bool finite = true;
     for (Index c = begin; c < end; ++c) finite &= std::isfinite(x[c]);
-    if (!finite) {
-      d[b] = std::numeric_limits<float>::quiet_NaN();
-      std::fill(q + begin, q + begin + kBlock, int16_t{0});
-      continue;
-    }
-    float amax = 0;
-#if MINIMIND_AVX2
-    if (end - begin == kBlock) {
-      const __m256 sign = _mm256_set1_ps(-0.0f);
-      __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin));
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin + 8)));
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin + 16)));
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + begin + 24)));
-      __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-      h = _mm_max_ss(h, _mm_movehdup_ps(h));
-      amax = _mm_cvtss_f32(h);
-      if (amax < kSmallest) {
-        zero_block(q + begin, d + b);
-        continue;
-      }
-      d[b] = amax / kActivationMax;
-      const __m256 inv = _mm256_set1_ps(kActivationMax / amax);
-      __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin), inv));
-      __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin + 8), inv));
-      __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin + 16), inv));
-      __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + begin + 24), inv));
-      // Pack 32 int32 to int16; the packs interleave 128-bit lanes, the permutes restore order.
-      const __m256i s01 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
-      const __m256i s23 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i2, i3), 0xD8);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + begin), s01);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + begin + 16), s23);
-      continue;
-    }
-#endif
-    for (Index c = begin; c < end; ++c) amax = std::max(amax, std::abs(x[c]));
+    const float amax = finite ? block_amax(x, begin, end) : 0.0f;
     if (amax < kSmallest) {
-      zero_block(q + begin, d + b);
+      std::fill(q + begin, q + begin + kBlock, int16_t{0});
+      d[b] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
       continue;
     }
     d[b] = amax / kActivationMax;
-    const float inv = kActivationMax / amax;
-    for (Index c = begin; c < begin + kBlock; ++c) {
-      q[c] = c < end ? static_cast<int16_t>(std::clamp(std::nearbyint(x[c] * inv), -kActivationMax, kActivationMax))
-                     : int16_t{0};
-    }
+    quantize_block(x, begin, end, kActivationMax / amax, q);
   }
 }
 

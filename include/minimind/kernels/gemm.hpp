@@ -8,7 +8,8 @@
 // rows are widened, 6 rows x KC columns at a time, into a small per-thread buffer that stays in
 // L1. The result is accumulated in a per-thread transposed tile buffer (rows x positions, so
 // tile stores are whole vectors) over blocks of KC columns, and transposed into Y at the end.
-// Weight rows are split across the thread pool, so every weight is read from memory once.
+// Weight rows are split across the thread pool, so every weight is read from memory once; while a
+// 6-row block is multiplied with the panels, the next block's f32 or bf16 lines are prefetched.
 //
 // Without AVX2 the product falls back to Eigen's GEMM on widened panels.
 #include "minimind/kernels/bf16.hpp"
@@ -147,6 +148,28 @@ inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, con
   for (Index i = 0; i < mr; ++i) micro_kernel_1(kc, w + i * w_stride, xp, ct + i * ct_stride, accumulate);
 }
 
+// The cache lines of a block of weight rows, asked for a few at a time (a prefetch never faults).
+struct NextBlock {
+  const char* first = nullptr;
+  Index row_bytes = 0, rows = 0, lines_per_row = 0, asked = 0;
+  Index lines() const { return rows * lines_per_row; }
+  void ask(Index count) {
+    for (const Index end = std::min(lines(), asked + count); asked < end; ++asked) {
+      _mm_prefetch(first + asked / lines_per_row * row_bytes + asked % lines_per_row * 64, _MM_HINT_T0);
+    }
+  }
+};
+
+// Rows [r, r + mr), columns [k0, k0 + kc) of an f32 or bf16 matrix (q8 is left to the hardware).
+inline NextBlock next_block(const Weight<float>& w, Index r, Index mr, Index k0, Index kc) {
+  const Index size = w.format() == WeightFormat::F32 ? 4 : w.format() == WeightFormat::BF16 ? 2 : 0;
+  if (size == 0) return {};
+  const char* base = w.format() == WeightFormat::F32 ? reinterpret_cast<const char*>(w.data())
+                                                     : reinterpret_cast<const char*>(w.bf16_data());
+  // One line more per row for a row that does not start on a line.
+  return {base + (r * w.cols() + k0) * size, w.cols() * size, mr, (kc * size + 63) / 64 + 1, 0};
+}
+
 // 8x8 transpose of rows src[i * src_stride + 0..8) into dst[j * dst_stride + 0..8).
 inline void transpose8(const float* src, Index src_stride, float* dst, Index dst_stride) {
   __m256 r[8];
@@ -262,7 +285,14 @@ inline void gemm(const float* x, Index x_stride, Index n, const Weight<float>& w
           ws = kc;
         }
         float* c = ct.data() + (r - r0) * npad;
+        // The weights come from DRAM in pieces of 6 rows x KC columns, too short for the hardware
+        // prefetcher to learn: ask for the next piece, a share of its lines before each panel.
+        NextBlock next;
+        if (r + kRows < r1) next = next_block(w, r + kRows, std::min(kRows, r1 - r - kRows), k0, kc);
+        else if (k0 + kKc < cols) next = next_block(w, r0, std::min(kRows, r1 - r0), k0 + kKc, std::min(kKc, cols - k0 - kKc));
+        const Index share = (next.lines() + panels - 1) / panels;
         for (Index p = 0; p < panels; ++p) {
+          next.ask(share);
           micro_kernel(mr, kc, wp, ws, xp + p * cols * kPanel + k0 * kPanel, c + p * kPanel, npad, k0 > 0);
         }
       }

@@ -76,6 +76,26 @@ TEST_CASE("thread pool: every task runs once per call, ranges cover [0, count) e
   }
 }
 
+TEST_CASE("thread pool: dynamic chunks cover [0, count) exactly, each on a valid thread") {
+  for (int threads : {1, 2, 3}) {
+    kernels::ThreadPool pool(threads);
+    for (int round = 0; round < 200; ++round) {
+      std::vector<std::atomic<int>> hits(1000);
+      const int64_t count = 1 + (round * 37) % 1000, chunk = 1 + round % 50;
+      pool.parallel_for_dynamic(count, chunk, [&](int64_t begin, int64_t end, int t) {
+        if (threads == 1) CHECK((begin == 0 && end == count));  // one thread: one call
+        else CHECK((begin % chunk == 0 && end - begin <= chunk));
+        CHECK((t >= 0 && t < threads));
+        for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (int64_t i = 0; i < 1000; ++i) REQUIRE(hits[static_cast<size_t>(i)] == (i < count ? 1 : 0));
+    }
+    std::atomic<int> inner{0};  // nested: inline on the calling thread
+    pool.run([&](int, int) { pool.parallel_for_dynamic(64, 5, [&](int64_t b, int64_t e, int) { inner += static_cast<int>(e - b); }); });
+    CHECK(inner == 64 * threads);
+  }
+}
+
 TEST_CASE("bf16 conversion rounds to nearest even and widens exactly") {
   CHECK(kernels::bf16::from_float(1.0f) == 0x3F80);
   CHECK(kernels::bf16::to_float(0x3F80) == 1.0f);

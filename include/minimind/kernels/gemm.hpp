@@ -8,8 +8,9 @@
 // rows are widened, 6 rows x KC columns at a time, into a small per-thread buffer that stays in
 // L1. The result is accumulated in a per-thread transposed tile buffer (rows x positions, so
 // tile stores are whole vectors) over blocks of KC columns, and transposed into Y at the end.
-// Weight rows are split across the thread pool, so every weight is read from memory once; while a
-// 6-row block is multiplied with the panels, the next block's f32 or bf16 lines are prefetched.
+// Weight rows are split across the thread pool in chunks of 48 that the threads take as they
+// finish, so every weight is read from memory once; while a 6-row block is multiplied with the
+// panels, the next block's f32 or bf16 lines are prefetched.
 //
 // Without AVX2 the product falls back to Eigen's GEMM on widened panels.
 #include "minimind/kernels/bf16.hpp"
@@ -42,6 +43,7 @@ namespace gemm_detail {
 inline constexpr Index kPanel = 16;  // positions per panel
 inline constexpr Index kRows = 6;    // weight rows per micro-kernel
 inline constexpr Index kKc = 256;    // columns per block
+inline constexpr Index kChunkRows = 48;  // weight rows a thread takes at a time
 
 inline void ensure(AlignedFloats& v, Index n) {
   if (static_cast<Index>(v.size()) < n) v.resize(static_cast<size_t>(n));
@@ -305,7 +307,7 @@ inline void gemm(const float* x, Index x_stride, Index n, const Weight<float>& w
     return;
   }
   pool->parallel_for(panels, 1, pack);
-  pool->parallel_for_indexed(rows, kRows, compute);
+  pool->parallel_for_dynamic(rows, kChunkRows, compute);
 #else
   // Portable fallback: Eigen's GEMM on widened rows.
   using ConstStrided = Eigen::Map<const MatrixRM<float>, 0, Eigen::OuterStride<>>;

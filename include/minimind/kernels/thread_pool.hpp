@@ -95,6 +95,25 @@ class ThreadPool {
       if (begin < end) body(begin, end, t);
     });
   }
+  // Splits [0, count) into chunks of `chunk` that the threads take one after another as they
+  // finish: on this kind of machine one core is often slower for a while (a neighbour's load),
+  // and a static split would leave the other waiting. body(begin, end, thread). With one thread
+  // (or count <= chunk) it is one call for the whole range.
+  template <class Body>
+  void parallel_for_dynamic(int64_t count, int64_t chunk, Body&& body) {
+    if (count <= 0) return;
+    chunk = std::max<int64_t>(chunk, 1);
+    if (size_ == 1 || count <= chunk) {
+      body(int64_t{0}, count, 0);
+      return;
+    }
+    std::atomic<int64_t> next{0};
+    run([&](int t, int) {
+      for (int64_t begin; (begin = next.fetch_add(chunk, std::memory_order_relaxed)) < count;) {
+        body(begin, std::min(count, begin + chunk), t);
+      }
+    });
+  }
 
  private:
   void work(int t) {

@@ -51,18 +51,21 @@ class Attention {
     auto v = act.v.topRows(n);
     // q = x q_proj^T, k = x k_proj^T, v = x v_proj^T
     kernels::linear_each(x, act.work, std::tie(q_proj, q), std::tie(k_proj, k), std::tie(v_proj, v));
-    if (q_norm) {
-      q_norm->forward(q.data(), q.data(), n * heads_);
-      k_norm->forward(k.data(), k.data(), n * kv_heads_);
-    }
-    for (Index i = 0; i < n; ++i) {
-      rope.rotate(&q(i, 0), heads_, &act.cos(i, 0), &act.sin(i, 0));
-      rope.rotate(&k(i, 0), kv_heads_, &act.cos(i, 0), &act.sin(i, 0));
-      for (Index h = 0; h < kv_heads_; ++h) {
-        cache_k.row(h * capacity + start + i) = k.row(i).segment(h * head_dim_, head_dim_);
-        cache_v.row(h * capacity + start + i) = v.row(i).segment(h * head_dim_, head_dim_);
+    // Per position (split across the pool for a prompt): q/k norm, rotation, into the cache.
+    act.work.parallel_for(n, 1, [&](Index first, Index last) {
+      for (Index i = first; i < last; ++i) {
+        if (q_norm) {
+          q_norm->forward(&q(i, 0), &q(i, 0), heads_);
+          k_norm->forward(&k(i, 0), &k(i, 0), kv_heads_);
+        }
+        rope.rotate(&q(i, 0), heads_, &act.cos(i, 0), &act.sin(i, 0));
+        rope.rotate(&k(i, 0), kv_heads_, &act.cos(i, 0), &act.sin(i, 0));
+        for (Index h = 0; h < kv_heads_; ++h) {
+          cache_k.row(h * capacity + start + i) = k.row(i).segment(h * head_dim_, head_dim_);
+          cache_v.row(h * capacity + start + i) = v.row(i).segment(h * head_dim_, head_dim_);
+        }
       }
-    }
+    });
 
     // Each head on its own: for query position start + i, the scores against the visible keys
     // [0, start + i], a softmax, and the weighted sum of the values. Heads are split across the

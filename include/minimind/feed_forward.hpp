@@ -38,7 +38,10 @@ class FeedForward {
     auto gate = act.gate.topLeftCorner(n, f);
     auto up = act.up.topLeftCorner(n, f);
     kernels::linear_each(x, act.work, std::tie(gate_proj, gate), std::tie(up_proj, up));  // x gate^T, x up^T
-    gate.array() = gate.array() / (T(1) + (-gate.array()).exp()) * up.array();  // silu(gate) * up
+    act.work.parallel_for(n, 1, [&](Index first, Index last) {  // silu(gate) * up
+      auto g = gate.middleRows(first, last - first).array();
+      g = g / (T(1) + (-g).exp()) * up.middleRows(first, last - first).array();
+    });
     kernels::linear(gate, down_proj, out, act.work);
   }
 

@@ -186,7 +186,7 @@ TEST_CASE("linear(): every format, decode and prefill, 1 and 2 threads, against 
       kernels::Workspace work;
       work.pool = &pool;
       for (Index n : {1, 2, 3, 7, 33}) {
-        for (const auto& shape : {std::pair<Index, Index>{64, 48}, {200, 64}, {1408, 512}, {96, 1408}}) {
+        for (const auto& shape : {std::pair<Index, Index>{64, 48}, {200, 64}, {1408, 512}, {96, 1408}, {50, 45}, {13, 301}}) {
           const Index rows = shape.first, cols = shape.second;  // clang 14 cannot capture structured bindings
           CAPTURE(std::string(format_name(format)));
           CAPTURE(threads);

@@ -150,14 +150,15 @@ inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, con
   for (Index i = 0; i < mr; ++i) micro_kernel_1(kc, w + i * w_stride, xp, ct + i * ct_stride, accumulate);
 }
 
-// The cache lines of a block of weight rows, asked for a few at a time (a prefetch never faults).
+// The cache lines of a block of weight rows, asked for a few at a time (the last line of the
+// last row may lie past the matrix: prefetch_ahead takes an address, and never faults).
 struct NextBlock {
   const char* first = nullptr;
   Index row_bytes = 0, rows = 0, lines_per_row = 0, asked = 0;
   Index lines() const { return rows * lines_per_row; }
   void ask(Index count) {
     for (const Index end = std::min(lines(), asked + count); asked < end; ++asked) {
-      _mm_prefetch(first + asked / lines_per_row * row_bytes + asked % lines_per_row * 64, _MM_HINT_T0);
+      prefetch_ahead(first, static_cast<uintptr_t>(asked / lines_per_row * row_bytes + asked % lines_per_row * 64));
     }
   }
 };

@@ -266,20 +266,30 @@ TEST_CASE("random models: bf16 and q8 logits stay near f32; the tied matrix is o
 }
 
 TEST_CASE("linear_each(): several weights of one input give what one linear() each gives") {
-  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
-    for (int threads : {1, 2}) {
+  // Decode (n < 3) and prefill (gemm_each: one pack, the rows of all three in one dispatch, here
+  // 130 rows = 3 chunks of 48, 40, 17); the last pair mixes q8 with another format (two inputs).
+  const std::pair<WeightFormat, WeightFormat> pairs[] = {{WeightFormat::F32, WeightFormat::F32},
+                                                         {WeightFormat::BF16, WeightFormat::BF16},
+                                                         {WeightFormat::Q8, WeightFormat::Q8},
+                                                         {WeightFormat::Q8, WeightFormat::F32}};
+  for (const auto& formats : pairs) {
+    for (int threads : {1, 2, 3}) {
       kernels::ThreadPool pool(threads);
       kernels::Workspace work;
       work.pool = &pool;
-      for (Index n : {1, 2, 5}) {
-        CAPTURE(std::string(format_name(format)));
+      for (Index n : {1, 2, 5, 33}) {
+        CAPTURE(std::string(format_name(formats.first)));
+        CAPTURE(std::string(format_name(formats.second)));
         CAPTURE(threads);
         CAPTURE(n);
-        const Weight<float> a = Weight<float>::owned(random_matrix(96, 64, 21, 0.1f)).to_format(format);
-        const Weight<float> b = Weight<float>::owned(random_matrix(40, 64, 22, 0.1f)).to_format(format);
-        const Weight<float> c = Weight<float>::owned(random_matrix(17, 64, 23, 0.1f)).to_format(format);
+        const Weight<float> a = Weight<float>::owned(random_matrix(130, 64, 21, 0.1f)).to_format(formats.first);
+        const Weight<float> b = Weight<float>::owned(random_matrix(40, 64, 22, 0.1f)).to_format(formats.second);
+        const Weight<float> c = Weight<float>::owned(random_matrix(17, 64, 23, 0.1f)).to_format(formats.first);
         const MatrixRM<float> x = random_matrix(n, 64, 24);
-        MatrixRM<float> ya(n, 96), yb(n, 40), yc(n, 17), ea(n, 96), eb(n, 40), ec(n, 17);
+        // All three outputs are blocks of one buffer, as q, k and v are of the activations.
+        MatrixRM<float> y = MatrixRM<float>::Constant(n, 130 + 40 + 17 + 1, 99.0f);
+        auto ya = y.middleCols(0, 130), yb = y.middleCols(130, 40), yc = y.middleCols(170, 17);
+        MatrixRM<float> ea(n, 130), eb(n, 40), ec(n, 17);
         kernels::linear_each(x, work, std::tie(a, ya), std::tie(b, yb), std::tie(c, yc));
         kernels::linear(x, a, ea, work);
         kernels::linear(x, b, eb, work);
@@ -287,6 +297,7 @@ TEST_CASE("linear_each(): several weights of one input give what one linear() ea
         CHECK(max_abs(ya, ea) <= 1e-6);
         CHECK(max_abs(yb, eb) <= 1e-6);
         CHECK(max_abs(yc, ec) <= 1e-6);
+        CHECK((y.rightCols(1).array() == 99.0f).all());  // nothing outside the blocks is written
       }
     }
   }

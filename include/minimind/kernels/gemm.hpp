@@ -10,7 +10,8 @@
 // tile stores are whole vectors) over blocks of KC columns, and transposed into Y at the end.
 // Weight rows are split across the thread pool in chunks of 48 that the threads take as they
 // finish, so every weight is read from memory once; while a 6-row block is multiplied with the
-// panels, the next block's f32 or bf16 lines are prefetched.
+// panels, the next block's f32 or bf16 lines are prefetched. gemm_each does several products
+// of one X (q, k, v) with one pack and one dispatch.
 //
 // Without AVX2 the product falls back to Eigen's GEMM on widened panels.
 #include "minimind/kernels/bf16.hpp"
@@ -23,6 +24,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <span>
 #include <vector>
 
 namespace minimind::kernels {
@@ -231,15 +233,33 @@ inline void unpack(const float* ct, Index ct_stride, Index rows, Index n, float*
 
 }  // namespace gemm_detail
 
-inline void gemm(const float* x, Index x_stride, Index n, const Weight<float>& w, float* y, Index y_stride,
-                 GemmScratch& scratch, ThreadPool* pool) {
+// One product of a shared input: y [n, w.rows()] = X W^T, rows y_stride apart.
+struct GemmProduct {
+  const Weight<float>* w;
+  float* y;
+  Index y_stride;
+};
+
+// Several products of the same X [n, cols] (q, k and v; gate and up), the same results as one
+// gemm() each: X is packed once, and the weight rows of all the products are handed out in one
+// dispatch, so the threads meet once per set instead of twice per weight.
+inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const GemmProduct> products,
+                      GemmScratch& scratch, ThreadPool* pool) {
   using namespace gemm_detail;
-  const Index rows = w.rows(), cols = w.cols();
+  if (products.empty() || n <= 0) return;
+  const Index cols = products.front().w->cols();
+  const bool q8_input = products.front().w->format() == WeightFormat::Q8;
+  for (const GemmProduct& product : products) {
+    if ((product.w->format() == WeightFormat::Q8) != q8_input) {  // q8 and others want different inputs
+      for (const GemmProduct& one : products) gemm_each(x, x_stride, n, {&one, 1}, scratch, pool);
+      return;
+    }
+  }
   const int threads = pool ? pool->size() : 1;
 
   // q8: the activations first go through the same per-block rounding as in the matrix-vector
   // kernel, so prefill and decode compute the same function.
-  if (w.format() == WeightFormat::Q8) {
+  if (q8_input) {
     const Index blocks = q8::blocks_for(cols);
     scratch.xq.resize(static_cast<size_t>(blocks * q8::kBlock));
     scratch.xd.resize(static_cast<size_t>(blocks));
@@ -265,7 +285,9 @@ inline void gemm(const float* x, Index x_stride, Index n, const Weight<float>& w
   auto pack = [&](Index begin, Index end) {
     for (Index p = begin; p < end; ++p) pack_panel(x, x_stride, n, cols, p, xp);
   };
-  auto compute = [&](Index r0, Index r1, int t) {
+  // Rows [r0, r1) of one product, on thread t.
+  auto compute = [&](const GemmProduct& product, Index r0, Index r1, int t) {
+    const Weight<float>& w = *product.w;
     AlignedFloats& ct = scratch.ct[static_cast<size_t>(t)];
     ensure(ct, (r1 - r0) * npad);
     float* wbuf = nullptr;
@@ -300,34 +322,56 @@ inline void gemm(const float* x, Index x_stride, Index n, const Weight<float>& w
         }
       }
     }
-    unpack(ct.data(), npad, r1 - r0, n, y + r0, y_stride);
+    unpack(ct.data(), npad, r1 - r0, n, product.y + r0, product.y_stride);
   };
   if (!pool || threads == 1) {
     pack(0, panels);
-    compute(0, rows, 0);
+    for (const GemmProduct& product : products) compute(product, 0, product.w->rows(), 0);
     return;
   }
   pool->parallel_for(panels, 1, pack);
-  pool->parallel_for_dynamic(rows, kChunkRows, compute);
+  // Chunk c of the concatenated rows: the products' chunks of kChunkRows rows, one after another.
+  auto chunks_of = [](const GemmProduct& product) { return (product.w->rows() + kChunkRows - 1) / kChunkRows; };
+  Index chunks = 0;
+  for (const GemmProduct& product : products) chunks += chunks_of(product);
+  pool->parallel_for_dynamic(chunks, 1, [&](Index begin, Index end, int t) {
+    for (Index c = begin; c < end; ++c) {
+      size_t j = 0;
+      Index local = c;
+      for (; local >= chunks_of(products[j]); ++j) local -= chunks_of(products[j]);
+      const Index r0 = local * kChunkRows;
+      compute(products[j], r0, std::min(r0 + kChunkRows, products[j].w->rows()), t);
+    }
+  });
 #else
   // Portable fallback: Eigen's GEMM on widened rows.
+  (void)threads;
   using ConstStrided = Eigen::Map<const MatrixRM<float>, 0, Eigen::OuterStride<>>;
   using Strided = Eigen::Map<MatrixRM<float>, 0, Eigen::OuterStride<>>;
   const ConstStrided X(x, n, cols, Eigen::OuterStride<>(x_stride));
-  Strided Y(y, n, rows, Eigen::OuterStride<>(y_stride));
-  if (w.format() == WeightFormat::F32) {
-    Y.noalias() = X * w.matrix().transpose();
-    return;
-  }
-  (void)pool;
-  (void)threads;
-  MatrixRM<float> panel(std::min<Index>(rows, 64), cols);
-  for (Index r = 0; r < rows; r += panel.rows()) {
-    const Index h = std::min(panel.rows(), rows - r);
-    for (Index i = 0; i < h; ++i) w.row_to(r + i, panel.row(i).data());
-    Y.middleCols(r, h).noalias() = X * panel.topRows(h).transpose();
+  for (const GemmProduct& product : products) {
+    const Weight<float>& w = *product.w;
+    const Index rows = w.rows();
+    Strided Y(product.y, n, rows, Eigen::OuterStride<>(product.y_stride));
+    if (w.format() == WeightFormat::F32) {
+      Y.noalias() = X * w.matrix().transpose();
+      continue;
+    }
+    MatrixRM<float> panel(std::min<Index>(rows, 64), cols);
+    for (Index r = 0; r < rows; r += panel.rows()) {
+      const Index h = std::min(panel.rows(), rows - r);
+      for (Index i = 0; i < h; ++i) w.row_to(r + i, panel.row(i).data());
+      Y.middleCols(r, h).noalias() = X * panel.topRows(h).transpose();
+    }
   }
 #endif
+}
+
+// Y [n, w.rows()] = X [n, w.cols()] W^T.
+inline void gemm(const float* x, Index x_stride, Index n, const Weight<float>& w, float* y, Index y_stride,
+                 GemmScratch& scratch, ThreadPool* pool) {
+  const GemmProduct product{&w, y, y_stride};
+  gemm_each(x, x_stride, n, {&product, 1}, scratch, pool);
 }
 
 }  // namespace minimind::kernels

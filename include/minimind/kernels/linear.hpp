@@ -96,8 +96,8 @@ void linear(const In& x, const Weight<T>& w, Out&& out, Workspace& ws) {
 }
 
 // Several products of the same input, out_i = x W_i^T (q, k and v; gate and up): the same
-// results as one linear() each. For one token the rows of all the weights are split across the
-// pool in a single dispatch (and q8 quantizes x once), so the threads meet once, not per weight.
+// results as one linear() each. The rows of all the weights are split across the pool in a single
+// dispatch (and x is quantized or packed once), so the threads meet once, not per weight.
 template <class T, class In, class... Outs>
 void linear_each(const In& x, Workspace& ws, std::tuple<const Weight<T>&, Outs&>... products) {
   const Index n = x.rows(), cols = x.cols();
@@ -144,6 +144,10 @@ void linear_each(const In& x, Workspace& ws, std::tuple<const Weight<T>&, Outs&>
       });
       return;
     }
+    const std::array<GemmProduct, sizeof...(Outs)> parts{
+        GemmProduct{&std::get<0>(products), std::get<1>(products).data(), std::get<1>(products).outerStride()}...};
+    gemm_each(x.data(), x.outerStride(), n, parts, ws.gemm, ws.pool);
+    return;
   }
   (linear(x, std::get<0>(products), std::get<1>(products), ws), ...);
 }

@@ -44,7 +44,7 @@ struct Activations {
   MatrixRM<T> q;            // [rows, heads * head_dim]
   MatrixRM<T> k, v;         // [rows, kv_heads * head_dim]
   MatrixRM<T> attn;         // [rows, heads * head_dim] attention output before o_proj
-  MatrixRM<T> scores;       // [threads, context] attention weights of one query, a row per thread
+  MatrixRM<T> scores;       // [threads * query_block, context] per thread, the attention weights of a block of queries
   MatrixRM<T> cos, sin;     // [rows, head_dim / 2] rotary angles of each position
   MatrixRM<T> gate, up;     // [rows, max FFN width]
   MatrixRM<T> router;       // [rows, experts] MoE router probabilities
@@ -56,6 +56,9 @@ struct Activations {
   std::vector<T> chosen_weight;       // [rows * experts_per_tok]
   MatrixRM<T> logits;       // [rows, vocab]
   kernels::Workspace work;  // the thread pool to run on and the kernels' scratch
+  static constexpr Index kQueryBlock = 32;  // queries a thread scores at once (a matrix product)
+  Index query_block = 1;    // min(rows, kQueryBlock)
+  int score_threads = 1;    // threads that scores has room for
 
   void reserve(const Config& c, Index new_rows, Index context) {
     if (new_rows <= rows && scores.cols() >= context) return;
@@ -68,7 +71,8 @@ struct Activations {
     k.resize(rows, c.num_key_value_heads * c.head_dim);
     v.resize(rows, c.num_key_value_heads * c.head_dim);
     attn.resize(rows, c.num_attention_heads * c.head_dim);
-    scores.resize(std::max<Index>(scores.rows(), 1), std::max(context, scores.cols()));
+    query_block = std::min(rows, kQueryBlock);
+    scores.resize(score_threads * query_block, std::max(context, scores.cols()));
     cos.resize(rows, c.head_dim / 2);
     sin.resize(rows, c.head_dim / 2);
     gate.resize(rows, width);
@@ -86,9 +90,11 @@ struct Activations {
     const Index widest = std::max({c.hidden_size, c.num_attention_heads * c.head_dim, width});
     work.reserve_q8(1, widest);
   }
-  // Room for `threads` threads to work at once (one row of scores each).
+  // Room for `threads` threads to work at once (a block of score rows each).
   void reserve_threads(int threads) {
-    if (scores.rows() < threads) scores.conservativeResize(threads, scores.cols());
+    if (threads <= score_threads) return;
+    score_threads = threads;
+    scores.resize(score_threads * query_block, scores.cols());
   }
 };
 

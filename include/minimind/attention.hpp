@@ -67,21 +67,28 @@ class Attention {
       }
     });
 
-    // Each head on its own: for query position start + i, the scores against the visible keys
-    // [0, start + i], a softmax, and the weighted sum of the values. Heads are split across the
-    // thread pool; each thread keeps one row of scores (act.scores row t).
+    // Each head on its own, in blocks of queries: the scores of the block against the keys its
+    // last query sees (one matrix product), a causal softmax per row (the keys a row may not see
+    // get weight 0), and the weighted sum of the values (another). Heads are split across the
+    // thread pool; each thread keeps a block of score rows (act.scores rows t * query_block...).
     const T scale = T(1) / std::sqrt(static_cast<T>(head_dim_));
     act.work.parallel_for_indexed(heads_, 1, [&](Index first_head, Index last_head, int thread) {
       for (Index h = first_head; h < last_head; ++h) {
         const auto keys = KVCache<T>::head(cache_k, h / group, capacity, length);
         const auto values = KVCache<T>::head(cache_v, h / group, capacity, length);
-        for (Index i = 0; i < n; ++i) {
-          const Index visible = start + i + 1;  // causal: position start + i sees [0, start + i]
-          auto scores = act.scores.row(thread).head(visible);
-          scores.noalias() = q.row(i).segment(h * head_dim_, head_dim_) * keys.topRows(visible).transpose();
-          scores = ((scores.array() - scores.maxCoeff()) * scale).exp();
-          scores /= scores.sum();
-          act.attn.row(i).segment(h * head_dim_, head_dim_).noalias() = scores * values.topRows(visible);
+        for (Index i0 = 0; i0 < n; i0 += act.query_block) {
+          const Index m = std::min(act.query_block, n - i0);
+          const Index reach = start + i0 + m;  // the block's last query sees [0, reach)
+          auto scores = act.scores.block(thread * act.query_block, 0, m, reach);
+          scores.noalias() = q.block(i0, h * head_dim_, m, head_dim_) * keys.topRows(reach).transpose();
+          for (Index i = 0; i < m; ++i) {
+            const Index visible = start + i0 + i + 1;  // causal: position start + i0 + i sees [0, visible)
+            auto seen = scores.row(i).head(visible);
+            seen = ((seen.array() - seen.maxCoeff()) * scale).exp();
+            seen /= seen.sum();
+            scores.row(i).tail(reach - visible).setZero();
+          }
+          act.attn.block(i0, h * head_dim_, m, head_dim_).noalias() = scores * values.topRows(reach);
         }
       }
     });

@@ -44,7 +44,7 @@ struct Activations {
   MatrixRM<T> q;            // [rows, heads * head_dim]
   MatrixRM<T> k, v;         // [rows, kv_heads * head_dim]
   MatrixRM<T> attn;         // [rows, heads * head_dim] attention output before o_proj
-  MatrixRM<T> scores;       // [threads * query_block, context] per thread, the attention weights of a block of queries
+  MatrixRM<T> scores;       // [threads * query_block, context] attention weights, a block of queries per thread
   MatrixRM<T> cos, sin;     // [rows, head_dim / 2] rotary angles of each position
   MatrixRM<T> gate, up;     // [rows, max FFN width]
   MatrixRM<T> router;       // [rows, experts] MoE router probabilities

@@ -112,9 +112,11 @@ TEST_CASE("a batch gives each sequence its own logits and greedy ids (1, 3, 8 se
         CAPTURE(std::string(format_name(format)));
         CAPTURE(threads);
         const auto model = MiniMindForCausalLM<float>::random(c, 11, {format, threads});
-        // f32: only summation order differs; q8 quantizes each row's activations on its own, the
-        // same alone and batched, so the bound is the same.
-        for (size_t count : {1, 3, 8}) check_batched(model, plans(count), 5, 1e-4);
+        // f32 and bf16: only summation order differs (measured 1.7e-6). q8: one row alone takes
+        // the integer matrix-vector kernel, several the GEMM on the same rounded activations in
+        // float (measured 1.0e-4).
+        const double tolerance = format == WeightFormat::Q8 ? 3e-4 : 1e-5;
+        for (size_t count : {1, 3, 8}) check_batched(model, plans(count), 5, tolerance);
       }
     }
   }
@@ -128,7 +130,7 @@ TEST_CASE("MoE blocks batch too") {
   c.num_experts_per_tok = 2;
   c.moe_intermediate_size = 64;
   const auto model = MiniMindForCausalLM<float>::random(c, 5);
-  check_batched(model, plans(5), 4, 1e-4);
+  check_batched(model, plans(5), 4, 1e-5);
 }
 
 TEST_CASE("a batch refuses what does not fit, changing nothing") {

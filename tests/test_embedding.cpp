@@ -7,13 +7,13 @@ using namespace minimind;
 namespace {
 
 // The seed's four tokens in two dimensions: cat, dog, stone, eat.
-TiedEmbedding<float> seed_vocabulary() {
+Embedding<float> seed_vocabulary() {
   MatrixRM<float> e(4, 2);
   e << 0.9f, 0.8f,   // cat
       0.8f, 0.7f,    // dog
       -0.5f, -0.6f,  // stone
       0.3f, -0.2f;   // eat
-  return TiedEmbedding<float>(std::move(e));
+  return Embedding<float>(std::move(e));
 }
 
 RowVector<float> vec(float a, float b) {
@@ -73,7 +73,7 @@ TEST_CASE("ids outside the vocabulary are refused with the id and the vocab size
 
 TEST_CASE("parameter arithmetic of tying") {
   MatrixRM<float> e = MatrixRM<float>::Zero(6400, 512);
-  TiedEmbedding<float> embedding(std::move(e));
+  Embedding<float> embedding(std::move(e));
   CHECK(embedding.num_parameters() == 3'276'800);
   // MiniMind2-Small counts 25,829,888 with the matrix once; untied it would need 29,106,688.
   const double saved = 3'276'800.0 / 25'829'888.0;

@@ -212,7 +212,7 @@ TEST_CASE("linear(): every format, decode and prefill, 1 and 2 threads, against 
 TEST_CASE("tied matrix in bf16 and q8: one tensor for lookup and lm_head") {
   for (WeightFormat format : {WeightFormat::BF16, WeightFormat::Q8}) {
     const MatrixRM<float> e = random_matrix(50, 64, 3);
-    TiedEmbedding<float> tied(Weight<float>::owned(e).to_format(format));
+    Embedding<float> tied(Weight<float>::owned(e).to_format(format));
     CHECK(tied.weight().format() == format);
     const RowVector<float> row = tied.lookup(7);
     RowVector<float> expected(64);

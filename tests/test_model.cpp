@@ -250,3 +250,99 @@ TEST_CASE("a session made by a model of another shape is refused, not written pa
   auto session = other.new_session(8);
   CHECK(other.forward(session, std::vector<int32_t>{1, 2}).rows() == 2);
 }
+
+namespace {
+
+// Records what a forward pass reports.
+struct Recorder : ForwardObserver<float> {
+  bool attention_wanted = false;
+  std::vector<std::string> steps;
+  MatrixRM<float> embedding_rows, last_residual, final_rows, logit_rows;
+  std::vector<MatrixRM<float>> probs;
+  std::vector<int> experts;
+  bool wants_attention() const override { return attention_wanted; }
+  void embedding(ConstMatrixMap<float> h) override {
+    steps.push_back("embedding");
+    embedding_rows = h;
+  }
+  void attention(int64_t layer, int64_t head, ConstMatrixMap<float> p) override {
+    steps.push_back("attention " + std::to_string(layer) + "." + std::to_string(head));
+    probs.emplace_back(p);
+  }
+  void residual_after_attention(int64_t layer, ConstMatrixMap<float>) override {
+    steps.push_back("after attention " + std::to_string(layer));
+  }
+  void router(int64_t layer, std::span<const int> chosen, std::span<const float>, int64_t) override {
+    steps.push_back("router " + std::to_string(layer));
+    experts.assign(chosen.begin(), chosen.end());
+  }
+  void residual_after_ffn(int64_t layer, ConstMatrixMap<float> x) override {
+    steps.push_back("after ffn " + std::to_string(layer));
+    last_residual = x;
+  }
+  void final_norm(ConstMatrixMap<float> h) override {
+    steps.push_back("final norm");
+    final_rows = h;
+  }
+  void logits(ConstMatrixMap<float> l) override {
+    steps.push_back("logits");
+    logit_rows = l;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an observer sees every step in order, and the values it sees are the model's") {
+  const auto root = minimind::testing::data_dir() / "golden";
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(root / "mm3-moe");
+  const Config& c = model.config();
+  const std::vector<int32_t> ids = {1, 5, 9, 13, 2};
+  Recorder recorder;
+  recorder.attention_wanted = true;
+  auto session = model.new_session(16);
+  const MatrixRM<float> seen = model.forward(session, ids, true, &recorder);
+  CHECK((seen - model.forward(ids)).cwiseAbs().maxCoeff() == 0);  // observing changes nothing
+
+  std::vector<std::string> expected = {"embedding"};
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (int64_t h = 0; h < c.num_attention_heads; ++h) expected.push_back("attention " + std::to_string(l) + "." + std::to_string(h));
+    expected.push_back("after attention " + std::to_string(l));
+    if (c.layer_is_moe(l)) expected.push_back("router " + std::to_string(l));
+    expected.push_back("after ffn " + std::to_string(l));
+  }
+  expected.insert(expected.end(), {"final norm", "logits"});
+  CHECK(recorder.steps == expected);
+
+  for (size_t i = 0; i < ids.size(); ++i) {
+    CHECK(recorder.embedding_rows.row(static_cast<Index>(i)) == model.model.embed_tokens.lookup(ids[i]));
+  }
+  CHECK(recorder.logit_rows == seen);
+  // The final norm is RMSNorm of the last residual, and the logits are its rows times E^T.
+  MatrixRM<float> normed(recorder.last_residual.rows(), recorder.last_residual.cols());
+  model.model.norm.forward(recorder.last_residual, normed);
+  CHECK((normed - recorder.final_rows).cwiseAbs().maxCoeff() < 1e-6f);
+  const MatrixRM<float> logits = recorder.final_rows * model.lm_head().weight().matrix().transpose();
+  CHECK((logits - seen).cwiseAbs().maxCoeff() < 1e-4f);
+  // Attention: each row a distribution over the positions it may see, zero past them.
+  REQUIRE(recorder.probs.size() == static_cast<size_t>(c.num_hidden_layers * c.num_attention_heads));
+  for (const auto& p : recorder.probs) {
+    REQUIRE(p.rows() == 5);
+    REQUIRE(p.cols() == 5);
+    for (Index i = 0; i < 5; ++i) {
+      CHECK(std::abs(p.row(i).head(i + 1).sum() - 1.0f) < 1e-5f);
+      CHECK(p.row(i).tail(4 - i).cwiseAbs().sum() == 0);
+    }
+  }
+  CHECK(recorder.experts.size() == ids.size() * static_cast<size_t>(c.num_experts_per_tok));
+  for (int e : recorder.experts) CHECK((e >= 0 && e < c.num_experts));
+}
+
+TEST_CASE("attention maps are kept only for an observer that asks") {
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(minimind::testing::data_dir() / "golden" / "mm2-dense-f32");
+  Recorder recorder;
+  auto session = model.new_session(8);
+  model.forward(session, std::vector<int32_t>{1, 2, 3}, false, &recorder);
+  CHECK(recorder.probs.empty());
+  CHECK(recorder.logit_rows.rows() == 1);
+  CHECK(recorder.steps.front() == "embedding");
+}

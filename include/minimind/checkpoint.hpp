@@ -30,15 +30,6 @@ namespace minimind {
 
 enum class CheckpointFormat { Safetensors, Pth, Gguf };
 
-inline const char* checkpoint_format_name(CheckpointFormat f) {
-  switch (f) {
-    case CheckpointFormat::Safetensors: return "safetensors";
-    case CheckpointFormat::Pth: return "pth";
-    case CheckpointFormat::Gguf: return "gguf";
-  }
-  return "?";
-}
-
 struct CheckpointOptions {
   // Config fields that override config.json, the GGUF metadata or what the .pth shapes imply,
   // e.g. {"num_attention_heads": 8} for a MiniMind2 .pth without config.json (its shapes do

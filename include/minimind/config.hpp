@@ -65,7 +65,6 @@ struct Config {
   int64_t bos_token_id = 1;
   std::vector<int64_t> eos_token_ids = {2};
 
-  int64_t num_kv_groups() const { return num_attention_heads / num_key_value_heads; }
   bool layer_is_moe(int64_t layer) const {
     if (num_experts == 0) return false;
     for (int64_t l : mlp_only_layers)

@@ -1,9 +1,9 @@
 #pragma once
-// Weight tying: ONE matrix E [vocab, hidden] serves both ends of the model. Reading a token is a
-// row lookup (h = E[id]); predicting the next one is a dot product with every row
-// (logits = h E^T), so the token whose embedding points the way h points scores highest.
-// A tied model holds a single TiedEmbedding and uses it both ways; an untied checkpoint holds a
-// second one (its lm_head) of the same type, used only for logits. Held as bf16 or q8 the matrix
+// A [vocab, hidden] matrix read both ways. Reading a token is a row lookup (h = E[id]); predicting
+// the next one is a dot product with every row (logits = h E^T), so the token whose embedding
+// points the way h points scores highest. Weight tying: a tied model holds ONE Embedding,
+// embed_tokens, and uses it as its lm_head too (one matrix in memory, never a copy); an untied
+// checkpoint holds a second Embedding, its lm_head, used only for logits. Held as bf16 or q8 the matrix
 // is still one tensor: a lookup widens one row, logits use the format's kernel.
 #include "minimind/error.hpp"
 #include "minimind/kernels/linear.hpp"
@@ -17,11 +17,11 @@
 namespace minimind {
 
 template <class T>
-class TiedEmbedding {
+class Embedding {
  public:
-  TiedEmbedding() = default;
-  explicit TiedEmbedding(Weight<T> weight) : weight_(std::move(weight)) {}
-  explicit TiedEmbedding(MatrixRM<T> matrix) : weight_(Weight<T>::owned(std::move(matrix))) {}
+  Embedding() = default;
+  explicit Embedding(Weight<T> weight) : weight_(std::move(weight)) {}
+  explicit Embedding(MatrixRM<T> matrix) : weight_(Weight<T>::owned(std::move(matrix))) {}
 
   Index vocab_size() const { return weight_.rows(); }
   Index hidden_size() const { return weight_.cols(); }

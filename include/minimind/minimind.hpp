@@ -2,6 +2,7 @@
 // The whole library: include this one header.
 #include "minimind/batch.hpp"
 #include "minimind/chat_template.hpp"
+#include "minimind/checkpoint.hpp"
 #include "minimind/config.hpp"
 #include "minimind/embedding.hpp"
 #include "minimind/error.hpp"

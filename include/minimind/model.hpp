@@ -39,7 +39,7 @@ class MiniMindModel {
  public:
   MiniMindModel() = default;
   MiniMindModel(const WeightLoader<T>& w, const Config& c) : config_(c) {
-    embed_tokens = TiedEmbedding<T>(w.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size,
+    embed_tokens = Embedding<T>(w.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size,
                                              "vocab_size " + std::to_string(c.vocab_size) + ", hidden_size " +
                                                  std::to_string(c.hidden_size)));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers.emplace_back(w, l, c);
@@ -57,7 +57,7 @@ class MiniMindModel {
     return total;
   }
 
-  TiedEmbedding<T> embed_tokens;  // E [vocab, hidden]
+  Embedding<T> embed_tokens;  // E [vocab, hidden]
   std::vector<Block<T>> layers;
   RMSNorm<T> norm;  // [hidden]
   RotaryEmbedding<T> rotary_emb;
@@ -92,7 +92,7 @@ class MiniMindForCausalLM {
   }
 
   const Config& config() const { return model.config(); }
-  const TiedEmbedding<T>& lm_head() const { return untied_lm_head_ ? *untied_lm_head_ : model.embed_tokens; }
+  const Embedding<T>& lm_head() const { return untied_lm_head_ ? *untied_lm_head_ : model.embed_tokens; }
   bool is_tied() const { return !untied_lm_head_; }
 
   // Positions a session holds when none is asked for (at most max_position_embeddings).
@@ -234,7 +234,7 @@ class MiniMindForCausalLM {
     m.set_threads(options.threads);
     m.model = MiniMindModel<T>(w, config);
     if (!config.tie_word_embeddings) {
-      m.untied_lm_head_ = TiedEmbedding<T>(w.matrix(
+      m.untied_lm_head_ = Embedding<T>(w.matrix(
           "lm_head.weight", config.vocab_size, config.hidden_size,
           "vocab_size " + std::to_string(config.vocab_size) + ", hidden_size " + std::to_string(config.hidden_size)));
     }
@@ -257,7 +257,7 @@ class MiniMindForCausalLM {
     observer.residual_after_attention(l, x);
   }
 
-  std::optional<TiedEmbedding<T>> untied_lm_head_;  // [vocab, hidden], only when untied
+  std::optional<Embedding<T>> untied_lm_head_;  // [vocab, hidden], only when untied
   WeightFormat format_ = WeightFormat::F32;
   std::shared_ptr<kernels::ThreadPool> pool_;  // null when running on one thread
 };

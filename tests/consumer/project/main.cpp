@@ -6,7 +6,7 @@
 int main() {
   minimind::MatrixRM<float> table(2, 2);
   table << 1.0f, 0.0f, 0.0f, 1.0f;
-  minimind::TiedEmbedding<float> embedding(std::move(table));
+  minimind::Embedding<float> embedding(std::move(table));
   Eigen::RowVectorXf h(2);
   h << 0.25f, 0.75f;
   Eigen::RowVectorXf scores = embedding.logits(h);

@@ -74,7 +74,7 @@ inline Comparison compare_logits(const MiniMindForCausalLM<float>& reference, co
     const MatrixRM<float> a = reference.forward(ids), b = other.forward(ids);
     REQUIRE(a.rows() == b.rows());
     REQUIRE(a.cols() == b.cols());
-    c.max_abs = std::max(c.max_abs, static_cast<double>((a - b).cwiseAbs().maxCoeff()));
+    c.max_abs = worse(c.max_abs, max_abs_diff(a, b));
     for (Index i = 0; i < a.rows(); ++i) {
       Index ia = 0, ib = 0;
       a.row(i).maxCoeff(&ia);

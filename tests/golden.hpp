@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -59,12 +60,30 @@ inline GoldenCase read_golden_case(const std::filesystem::path& dir) {
   return c;
 }
 
+// The largest |logit difference| from PyTorch a float case may show: a few times what the code
+// achieves (the worst per case is in the commit that set these), far tighter than the 1e-3 (f32)
+// and 1e-2 (f16, bf16) the shared cases store. A new case needs its own entry.
+inline double logit_tolerance(const GoldenCase& golden) {
+  static const std::map<std::string, double> tolerances = {
+      // ../shared/golden
+      {"tiny-mm2", 1e-4}, {"tiny-mm3", 1e-4}, {"tiny-mm3-moe", 1e-4}, {"tiny-untied", 1e-4},
+      {"tiny-mm2-bf16", 3e-5}, {"tiny-mm2-f16", 3e-5},
+      // tests/data/golden
+      {"bf16", 2e-5}, {"f16", 2e-5}, {"gqa-1kv", 2e-5}, {"mha", 2e-5}, {"mm2-dense-f32", 2e-5},
+      {"mm2-moe", 2e-5}, {"mm2-moe-top1", 2e-5}, {"mm2-yarn", 2e-5}, {"mm3-dense", 2e-5}, {"mm3-moe", 2e-5},
+      {"mm3-yarn", 2e-5}, {"tied-lm-head-stored", 2e-5}, {"untied", 2e-5},
+  };
+  const auto it = tolerances.find(golden.name);
+  REQUIRE_MESSAGE(it != tolerances.end(), "golden case " << golden.name << " has no logit tolerance here");
+  return std::min(it->second, golden.tolerance);
+}
+
 template <class Logits>
-double max_abs_diff(const Logits& got, const std::vector<float>& expected, Index row) {
+double max_abs_row_diff(const Logits& got, const std::vector<float>& expected, Index row) {
   double worst = 0;
   const Index vocab = got.cols();
   for (Index j = 0; j < vocab; ++j) {
-    worst = std::max(worst, std::abs(static_cast<double>(got(row, j)) - expected[static_cast<size_t>(j)]));
+    worst = worse(worst, std::abs(static_cast<double>(got(row, j)) - expected[static_cast<size_t>(j)]));
   }
   return worst;
 }
@@ -80,6 +99,7 @@ int32_t argmax(const Row& row) {
 template <class T = float>
 double check_golden_case(const std::filesystem::path& dir) {
   const GoldenCase golden = read_golden_case(dir);
+  const double tolerance = logit_tolerance(golden);
   const auto model = MiniMindForCausalLM<T>::from_pretrained(dir);
   double worst = 0;
   for (const auto& prompt : golden.prompts) {
@@ -92,23 +112,23 @@ double check_golden_case(const std::filesystem::path& dir) {
     const MatrixRM<T> full = model.forward(prompt.ids);
     REQUIRE(full.rows() == len);
     REQUIRE(full.cols() == vocab);
-    double diff = max_abs_diff(full, prompt.last_logits, len - 1);
+    double diff = max_abs_row_diff(full, prompt.last_logits, len - 1);
     if (!prompt.all_logits.empty()) {
       for (Index i = 0; i < len; ++i) {
         for (Index j = 0; j < vocab; ++j) {
-          diff = std::max(diff, std::abs(static_cast<double>(full(i, j)) - prompt.all_logits[static_cast<size_t>(i * vocab + j)]));
+          diff = worse(diff, std::abs(static_cast<double>(full(i, j)) - prompt.all_logits[static_cast<size_t>(i * vocab + j)]));
         }
       }
     }
-    CHECK(diff <= golden.tolerance);
-    worst = std::max(worst, diff);
+    CHECK(diff <= tolerance);
+    worst = worse(worst, diff);
 
     // Cached path: the prompt in one batch, then greedy one token at a time.
     auto session = model.new_session(len + static_cast<Index>(prompt.greedy_ids.size()));
     auto last = model.forward(session, prompt.ids, false);
-    const double cached_diff = max_abs_diff(last, prompt.last_logits, 0);
-    CHECK(cached_diff <= golden.tolerance);
-    worst = std::max(worst, cached_diff);
+    const double cached_diff = max_abs_row_diff(last, prompt.last_logits, 0);
+    CHECK(cached_diff <= tolerance);
+    worst = worse(worst, cached_diff);
     std::vector<int32_t> greedy;
     int32_t next = argmax(last.row(0));
     for (size_t step = 0; step < prompt.greedy_ids.size(); ++step) {
@@ -124,7 +144,7 @@ double check_golden_case(const std::filesystem::path& dir) {
     double step_diff = 0;
     for (Index i = 0; i < len; ++i) {
       auto row = model.forward(stepwise, std::span<const int32_t>(&prompt.ids[static_cast<size_t>(i)], 1));
-      step_diff = std::max(step_diff, static_cast<double>((row.row(0) - full.row(i)).cwiseAbs().maxCoeff()));
+      step_diff = worse(step_diff, max_abs_diff(row.row(0), full.row(i)));
     }
     CHECK(step_diff <= 1e-4);
   }

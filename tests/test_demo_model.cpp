@@ -30,7 +30,7 @@ TEST_CASE("demo model: tokenizer ids, logits and greedy continuations match the 
     const MatrixRM<float> logits = model.forward(ids);
     double worst = 0;
     for (size_t j = 0; j < expected.size(); ++j) {
-      worst = std::max(worst, std::abs(static_cast<double>(logits(logits.rows() - 1, static_cast<Index>(j))) - expected[j]));
+      worst = minimind::testing::worse(worst, std::abs(static_cast<double>(logits(logits.rows() - 1, static_cast<Index>(j))) - expected[j]));
     }
     CHECK(worst <= tolerance);
 

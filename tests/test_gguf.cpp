@@ -11,7 +11,9 @@
 #include "format_files.hpp"
 #include "gguf_builder.hpp"
 
+#include <algorithm>
 #include <fstream>
+#include <utility>
 
 using namespace minimind;
 using namespace minimind::testing;
@@ -47,44 +49,73 @@ void check_refused(const GgufBuilder& g, const char* message) {
 
 io::gguf::File open_committed(const std::string& name) { return io::gguf::File::open(formats_dir() / "gguf" / name); }
 
+// A GGUF file (a manifest entry) gives the logits of the checkpoint it was made from: exactly, or
+// within the entry's stated bound when quantized.
+void check_gguf_entry(const io::Json& entry) {
+  const std::string file = entry.at("file").get<std::string>();
+  const std::string compare = entry.at("compare").get<std::string>();
+  CAPTURE(file);
+  const auto reference_dir = repo_path(entry.at("reference"));
+  const auto gguf = io::gguf::File::open(source_dir() / file);
+  const auto model = gguf_model(gguf);
+  const auto prompts = reference_prompts(entry);
+  if (compare == "f16-matrices") {
+    // The F32 source with every matrix rounded to F16 is what the file holds: exactly equal.
+    const io::TensorTable rounded = rounded_to_f16(io::read_safetensors_checkpoint(reference_dir), true);
+    const Config config = Config::from_pretrained(reference_dir, &rounded);
+    const auto reference = MiniMindForCausalLM<float>::from_tensors(config, rounded, one_thread());
+    const Comparison c = compare_logits(reference, model, prompts);
+    MESSAGE(file << ": max |logit diff| " << c.max_abs << " vs the F16-rounded safetensors");
+    CHECK(c.max_abs == 0.0);
+    return;
+  }
+  const auto reference = MiniMindForCausalLM<float>::from_pretrained(reference_dir, one_thread());
+  const Comparison c = compare_logits(reference, model, prompts);
+  if (compare == "exact") {
+    MESSAGE(file << ": max |logit diff| " << c.max_abs << " vs safetensors");
+    CHECK(c.max_abs <= 1e-5);
+    CHECK(c.top1_all);
+  } else {
+    REQUIRE(compare == "quantized");
+    const double bound = entry.at("max_abs").get<double>();
+    MESSAGE(file << ": max |logit diff| " << c.max_abs << " (stated bound " << bound << ", top-1 "
+                 << entry.at("top1").get<std::string>() << ")");
+    CHECK(c.max_abs <= bound);
+    CHECK(c.max_abs > 0);  // really quantized
+    if (entry.at("top1") == "all") CHECK(c.top1_all);
+    CHECK(c.top1_last);
+  }
+}
+
+const io::Json& manifest_entry(const std::string& file) {
+  const auto& entries = formats_manifest().at("gguf");
+  const auto it = std::find_if(entries.begin(), entries.end(), [&](const io::Json& e) { return e.at("file") == file; });
+  REQUIRE_MESSAGE(it != entries.end(), "no manifest entry for " << file);
+  return *it;
+}
+
 }  // namespace
 
 TEST_CASE("every committed GGUF gives the logits of the checkpoint it was made from") {
-  for (const auto& entry : formats_manifest().at("gguf")) {
-    const std::string file = entry.at("file").get<std::string>();
-    const std::string compare = entry.at("compare").get<std::string>();
-    CAPTURE(file);
-    const auto reference_dir = repo_path(entry.at("reference"));
-    const auto gguf = io::gguf::File::open(source_dir() / file);
-    const auto model = gguf_model(gguf);
-    const auto prompts = reference_prompts(entry);
-    if (compare == "f16-matrices") {
-      // The F32 source with every matrix rounded to F16 is what the file holds: exactly equal.
-      const io::TensorTable rounded = rounded_to_f16(io::read_safetensors_checkpoint(reference_dir), true);
-      const Config config = Config::from_pretrained(reference_dir, &rounded);
-      const auto reference = MiniMindForCausalLM<float>::from_tensors(config, rounded, one_thread());
-      const Comparison c = compare_logits(reference, model, prompts);
-      MESSAGE(file << ": max |logit diff| " << c.max_abs << " vs the F16-rounded safetensors");
-      CHECK(c.max_abs == 0.0);
-      continue;
-    }
-    const auto reference = MiniMindForCausalLM<float>::from_pretrained(reference_dir, one_thread());
-    const Comparison c = compare_logits(reference, model, prompts);
-    if (compare == "exact") {
-      MESSAGE(file << ": max |logit diff| " << c.max_abs << " vs safetensors");
-      CHECK(c.max_abs <= 1e-5);
-      CHECK(c.top1_all);
-    } else {
-      REQUIRE(compare == "quantized");
-      const double bound = entry.at("max_abs").get<double>();
-      MESSAGE(file << ": max |logit diff| " << c.max_abs << " (stated bound " << bound << ", top-1 "
-                   << entry.at("top1").get<std::string>() << ")");
-      CHECK(c.max_abs <= bound);
-      CHECK(c.max_abs > 0);  // really quantized
-      if (entry.at("top1") == "all") CHECK(c.top1_all);
-      CHECK(c.top1_last);
-    }
+  for (const auto& entry : formats_manifest().at("gguf")) check_gguf_entry(entry);
+}
+
+// Files our writer did not make (tests/data/formats/llamacpp/README.md): gguf-py's GGUFWriter
+// (F32, F16) and llama-quantize (Q8_0), from the model of quant-mm2-q8_0.gguf.
+TEST_CASE("GGUF files written by llama.cpp's gguf-py and llama-quantize give their checkpoint's logits") {
+  const io::Json& ours = manifest_entry("tests/data/formats/gguf/quant-mm2-q8_0.gguf");
+  const std::string dir = "tests/data/formats/llamacpp/";
+  for (const auto& [file, compare] : std::vector<std::pair<std::string, std::string>>{
+           {"quant-mm2-f32.gguf", "exact"}, {"quant-mm2-f16.gguf", "f16-matrices"}, {"quant-mm2-q8_0.gguf", "quantized"}}) {
+    io::Json entry = ours;
+    entry["file"] = dir + file;
+    entry["compare"] = compare;
+    check_gguf_entry(entry);
   }
+  // llama-quantize rounds to the same Q8_0 blocks as our writer: the same logits, to the bit.
+  const auto theirs = gguf_model(io::gguf::File::open(source_dir() / dir / "quant-mm2-q8_0.gguf"));
+  const auto mine = gguf_model(open_committed("quant-mm2-q8_0.gguf"));
+  CHECK(compare_logits(mine, theirs, reference_prompts(ours)).max_abs == 0.0);
 }
 
 TEST_CASE("llama's q/k row permutation is undone exactly") {
@@ -150,7 +181,7 @@ TEST_CASE("Q8_0 and Q4_0 values are within one quantization step of the source w
       double worst = 0;
       for (uint64_t i = 0; i < info.numel(); ++i) {
         const float d = io::gguf::half_to_float(blocks + (i / 32) * block_bytes);
-        worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i]) / std::max(std::abs(d), 1e-30f)));
+        worst = worse(worst, static_cast<double>(std::abs(got[i] - want[i]) / std::max(std::abs(d), 1e-30f)));
         ++checked;
       }
       CAPTURE(info.name);

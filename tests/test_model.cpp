@@ -3,6 +3,7 @@
 #include "checkpoint_writer.hpp"
 #include "golden.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -39,6 +40,20 @@ TEST_CASE("own golden cases (tests/data/golden): logits and greedy ids, full and
   check_cases_in(dir);
 }
 
+TEST_CASE("a NaN logit fails the golden comparison instead of being skipped by std::max") {
+  using minimind::testing::max_abs_diff;
+  using minimind::testing::worse;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK(std::isnan(worse(0.5, nan)));
+  CHECK(std::isnan(worse(nan, 0.5)));
+  CHECK(worse(0.25, 0.5) == 0.5);
+  MatrixRM<float> got = MatrixRM<float>::Zero(2, 3), expected = MatrixRM<float>::Zero(2, 3);
+  got(1, 2) = std::numeric_limits<float>::quiet_NaN();
+  CHECK_FALSE(max_abs_diff(got, expected) <= 1e-4);
+  const std::vector<float> row(3, 0.0f);
+  CHECK_FALSE(minimind::testing::max_abs_row_diff(got, row, 1) <= 1e-4);
+}
+
 TEST_CASE("num_parameters counts the tied matrix once") {
   const auto small = MiniMindForCausalLM<float>::random(Config::minimind2_small());
   CHECK(small.num_parameters() == 25'829'888);
@@ -71,9 +86,9 @@ TEST_CASE("sessions are independent: two sequences share one const model") {
     interleaved_a.row(static_cast<Index>(i)) = model.forward(sa, std::span(&a[i], 1)).row(0);
     if (i < b.size()) model.forward(sb, std::span(&b[i], 1));
   }
-  CHECK((interleaved_a - model.forward(a)).cwiseAbs().maxCoeff() < 1e-5f);
+  CHECK(minimind::testing::max_abs_diff(interleaved_a, model.forward(a)) < 1e-5);
   sa.reset();
-  CHECK((model.forward(sa, a) - model.forward(a)).cwiseAbs().maxCoeff() < 1e-5f);
+  CHECK(minimind::testing::max_abs_diff(model.forward(sa, a), model.forward(a)) < 1e-5);
 }
 
 TEST_CASE("bad input to the model") {

@@ -1,10 +1,17 @@
 #pragma once
 // Paths to test data. ../shared (beside the checkout) is optional: a user's fresh clone lacks it,
-// so tests that need it skip with a message rather than fail.
+// so tests that need it are skipped (skips.hpp), and fail under CI=true.
 #include <doctest/doctest.h>
 
+#include "skips.hpp"
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -15,12 +22,25 @@ inline std::filesystem::path source_dir() { return MINIMIND_SOURCE_DIR; }
 inline std::filesystem::path data_dir() { return source_dir() / "tests" / "data"; }
 inline std::filesystem::path bin_dir() { return MINIMIND_BIN_DIR; }
 
-// The shared directory, or nullopt after printing why the calling test is skipped.
+// The shared directory, or nullopt after recording that the calling test is skipped.
 inline std::optional<std::filesystem::path> shared_dir(const std::string& sub = "") {
   std::filesystem::path dir = std::filesystem::path(MINIMIND_SHARED_DIR) / sub;
   if (std::filesystem::exists(dir)) return dir;
-  MESSAGE("SKIPPED: " << dir.string() << " not found (../shared is absent in a fresh clone)");
+  skip_test(dir.string() + " not found (../shared is absent in a fresh clone)");
   return std::nullopt;
+}
+
+// The larger of a running worst difference and a new one; NaN once either is NaN. std::max(worst,
+// NaN) keeps `worst`, which would let a NaN output pass every `<= tolerance` check.
+inline double worse(double worst, double diff) {
+  if (std::isnan(worst) || std::isnan(diff)) return std::numeric_limits<double>::quiet_NaN();
+  return std::max(worst, diff);
+}
+
+// The largest |a - b| over two Eigen arrays or matrices of one shape; NaN if any element is NaN.
+template <class A, class B>
+double max_abs_diff(const Eigen::DenseBase<A>& a, const Eigen::DenseBase<B>& b) {
+  return static_cast<double>((a.derived().array() - b.derived().array()).abs().template maxCoeff<Eigen::PropagateNaN>());
 }
 
 // A fresh, empty scratch directory for one test.

@@ -29,11 +29,11 @@ std::string shell_quoted(const std::string& text) {
   return quoted + "'";
 }
 
-// The program, or nullopt after saying why the calling test is skipped.
+// The program, or nullopt after recording that the calling test is skipped.
 std::optional<std::filesystem::path> program() {
   const std::filesystem::path path = minimind::testing::bin_dir() / "minimind-tokenize";
   if (std::filesystem::exists(path)) return path;
-  MESSAGE("SKIPPED: " << path.string() << " not built (MINIMIND_BUILD_EXAMPLES=OFF?)");
+  minimind::testing::skip_test(path.string() + " not built (MINIMIND_BUILD_EXAMPLES=OFF?)");
   return std::nullopt;
 }
 

@@ -18,6 +18,8 @@ Usage (Debian's python3-torch and python3-numpy; no safetensors / transformers n
   /usr/bin/python3 tools/make_golden.py                 # (re)write tests/data/golden/
   /usr/bin/python3 tools/make_golden.py --check-shared /work/shared/golden/tiny-mm2 [...]
   /usr/bin/python3 tools/make_golden.py --check-shared tests/data/golden/mm3-yarn
+  /usr/bin/python3 tools/make_golden.py --f64           # (re)write tests/data/golden-f64/ from
+                                                        # tests/data/golden/ and ../shared/golden/
 
 Writing is deterministic: weights and prompts come from numpy's legacy RandomState (a stream
 numpy promises never to change), torch runs on one thread, and every file is written in a fixed
@@ -712,14 +714,84 @@ def check_case(d, tol=1e-5):
 
 
 # ---------------------------------------------------------------------------------------------
+# the float64 oracle: every case above and every shared case, all in float64 (RoPE too)
+# ---------------------------------------------------------------------------------------------
+
+F64_FORMAT = "minimind-golden-f64-1"
+F64_TOLERANCE = 1e-9
+
+
+def f64_case(d, source, all_rows):
+    """Float64 logits of a case directory's prompts -> (JSON entry, raw little-endian float64 bytes).
+    all_rows: prompt names whose logits are kept at every position; the rest keep the last one."""
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = Cfg(json.load(f))
+    with open(os.path.join(d, "expected.json")) as f:
+        exp = json.load(f)
+    tensors, _, _ = read_safetensors(os.path.join(d, "model.safetensors"))
+    m = load_model(cfg, tensors).to_float64(rope_float64=True)
+    name = os.path.basename(os.path.normpath(d))
+    prompts, blobs, offset = [], [], 0
+    for p in exp["prompts"]:
+        logits = full_logits(m, p["ids"])
+        assert logits.dtype == torch.float64
+        rows = "all" if p["name"] in all_rows else "last"
+        kept = logits if rows == "all" else logits[-1:]
+        # the float32 golden values this oracle stands beside, to show the two agree in scale
+        f32_gap = float((logits[-1] - torch.tensor(p["last_logits"], dtype=torch.float64)).abs().max())
+        assert f32_gap < 1e-3, f"{name}/{p['name']}: float64 is {f32_gap} from the float32 golden logits"
+        blobs.append(kept.numpy().astype("<f8").tobytes())
+        prompts.append({"name": p["name"], "ids": p["ids"], "rows": rows, "shape": list(kept.shape),
+                        "offset": offset})
+        offset += kept.numel()
+    entry = {"case": name, "source": source, "vocab_size": cfg.vocab, "logits_file": name + ".f64",
+             "prompts": prompts}
+    return entry, b"".join(blobs)
+
+
+def write_f64(out, project_root, shared_root):
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        os.remove(os.path.join(out, f))
+    sources = [("project", os.path.join(project_root, name)) for name, _, _, _ in CASES]
+    with open(os.path.join(shared_root, "models.json")) as f:
+        shared = json.load(f)
+    sources += [("shared", os.path.join(shared_root, e["dir"])) for e in shared]
+    entries = []
+    for source, d in sources:
+        # Our cases are tiny (vocab 128/256): every position of `short`. The shared ones have a
+        # vocab of 6400, so only last positions, which keeps the directory small.
+        entry, raw = f64_case(d, source, {"short"} if source == "project" else set())
+        with open(os.path.join(out, entry["logits_file"]), "wb") as f:
+            f.write(raw)
+        entries.append(entry)
+        print(f"{entry['case']:22s} {source:8s} {len(raw):8d} bytes")
+    index = {"format": F64_FORMAT, "compute_dtype": "float64",
+             "tolerance": {"logits_max_abs": F64_TOLERANCE}, "cases": entries}
+    with open(os.path.join(out, "cases.json"), "w") as f:
+        f.write(json.dumps(index, indent=1) + "\n")
+    total = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    print(f"total {total} bytes in {out}")
+
+
+# ---------------------------------------------------------------------------------------------
 
 def main():
+    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "golden"))
+    ap.add_argument("--out", default=os.path.join(here, "..", "tests", "data", "golden"))
     ap.add_argument("--check-shared", nargs="+", metavar="DIR",
                     help="check a case directory's logits against this implementation (1e-5) instead of writing")
     ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--f64", metavar="OUT", nargs="?", const=os.path.join(here, "..", "tests", "data", "golden-f64"),
+                    help="write the float64 oracle of every case (ours from --out, and --shared's) instead")
+    ap.add_argument("--shared", default=os.path.join(here, "..", "..", "shared", "golden"),
+                    help="the shared golden directory (default ../shared/golden beside the checkout)")
     args = ap.parse_args()
+
+    if args.f64:
+        write_f64(os.path.normpath(args.f64), os.path.normpath(args.out), os.path.normpath(args.shared))
+        return
 
     if args.check_shared:
         results = [check_case(d, args.tol) for d in args.check_shared]

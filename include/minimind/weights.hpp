@@ -38,6 +38,9 @@ struct LoadOptions {
 template <class T>
 class Weight {
  public:
+  // bf16 and q8 have float32 kernels only; a Weight<double> is always held as f32 (in double).
+  static constexpr bool kHasPackedFormats = std::is_same_v<T, float>;
+
   Weight() = default;
 
   // Takes ownership of a matrix (weights made in memory: tests, random benchmark shapes).
@@ -67,7 +70,9 @@ class Weight {
     return w;
   }
   // bfloat16 values [rows, cols] kept alive by `owner` (the mapped file, or an owned buffer).
-  static Weight bf16(std::shared_ptr<const void> owner, const uint16_t* data, Index rows, Index cols, bool is_view) {
+  static Weight bf16(std::shared_ptr<const void> owner, const uint16_t* data, Index rows, Index cols, bool is_view)
+    requires kHasPackedFormats
+  {
     Weight w;
     w.format_ = WeightFormat::BF16;
     w.owner_ = std::move(owner);
@@ -82,7 +87,7 @@ class Weight {
   Weight to_format(WeightFormat format, WeightArena& arena) const {
     if (format == format_) return *this;
     if (format_ != WeightFormat::F32) throw Error("a weight can only be converted from f32");
-    if constexpr (!std::is_same_v<T, float>) {
+    if constexpr (!kHasPackedFormats) {
       throw Error(std::string("weight format ") + format_name(format) + " needs a float model");
     } else {
       const Index n = rows_ * cols_;
@@ -143,14 +148,16 @@ class Weight {
 
   // Row r widened to the compute type: out [cols].
   void row_to(Index r, T* out) const {
-    switch (format_) {
-      case WeightFormat::F32: std::memcpy(out, data_ + r * cols_, static_cast<size_t>(cols_) * sizeof(T)); return;
-      case WeightFormat::BF16:
-        for (Index c = 0; c < cols_; ++c) out[c] = static_cast<T>(kernels::bf16::to_float(bf16_[r * cols_ + c]));
-        return;
-      case WeightFormat::Q8:
-        if constexpr (std::is_same_v<T, float>) kernels::q8::dequantize_row(q8_, r, out);
-        return;
+    if (format_ == WeightFormat::F32) {
+      std::memcpy(out, data_ + r * cols_, static_cast<size_t>(cols_) * sizeof(T));
+      return;
+    }
+    if constexpr (kHasPackedFormats) {
+      if (format_ == WeightFormat::BF16) {
+        for (Index c = 0; c < cols_; ++c) out[c] = kernels::bf16::to_float(bf16_[r * cols_ + c]);
+      } else {
+        kernels::q8::dequantize_row(q8_, r, out);
+      }
     }
   }
 
@@ -235,12 +242,14 @@ class WeightLoader {
 
   Weight<T> load(const io::TensorRef& t, Index rows, Index cols, WeightFormat format) const {
     check_finite(t);
-    const auto address = reinterpret_cast<uintptr_t>(t.bytes.data());
-    if (format == WeightFormat::F32 && std::is_same_v<T, float> && t.dtype == io::Dtype::F32 && address % alignof(T) == 0) {
-      return Weight<T>::view(t.owner, reinterpret_cast<T*>(t.bytes.data()), rows, cols);
-    }
-    if (format == WeightFormat::BF16 && std::is_same_v<T, float> && t.dtype == io::Dtype::BF16 && address % 2 == 0) {
-      return Weight<T>::bf16(t.owner, reinterpret_cast<const uint16_t*>(t.bytes.data()), rows, cols, true);
+    if constexpr (std::is_same_v<T, float>) {  // in place; a double model widens every value below
+      const auto address = reinterpret_cast<uintptr_t>(t.bytes.data());
+      if (format == WeightFormat::F32 && t.dtype == io::Dtype::F32 && address % alignof(T) == 0) {
+        return Weight<T>::view(t.owner, reinterpret_cast<T*>(t.bytes.data()), rows, cols);
+      }
+      if (format == WeightFormat::BF16 && t.dtype == io::Dtype::BF16 && address % 2 == 0) {
+        return Weight<T>::bf16(t.owner, reinterpret_cast<const uint16_t*>(t.bytes.data()), rows, cols, true);
+      }
     }
     const std::byte* src = t.bytes.data();
     return make_weight(rows, cols, format, [&](T* data) {

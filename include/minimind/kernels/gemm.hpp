@@ -239,8 +239,16 @@ struct NextBlock {
   }
 };
 
-// Rows [r, r + mr), columns [k0, k0 + kc) of an f32 or bf16 matrix (q8 is left to the hardware).
+// Rows [r, r + mr), columns [k0, k0 + kc) of the matrix. q8 rows in whole groups of four (see
+// q8::View) hold those columns as one run per group; other q8 rows are left to the hardware.
 inline NextBlock next_block(const Weight<float>& w, Index r, Index mr, Index k0, Index kc) {
+  if (w.format() == WeightFormat::Q8) {
+    const q8::View& v = w.q8_view();
+    if (r % q8::kGroup != 0 || mr % q8::kGroup != 0 || r + mr > v.rows / q8::kGroup * q8::kGroup) return {};
+    const Index run = q8::kGroup * kc;  // bytes of one group's blocks in [k0, k0 + kc)
+    return {reinterpret_cast<const char*>(q8::block_ptr(v, r, k0 / q8::kBlock)), q8::kGroup * v.blocks * q8::kBlock,
+            mr / q8::kGroup, (run + 63) / 64 + 1};
+  }
   const Index size = w.format() == WeightFormat::F32 ? 4 : w.format() == WeightFormat::BF16 ? 2 : 0;
   if (size == 0) return {};
   const char* base = w.format() == WeightFormat::F32 ? reinterpret_cast<const char*>(w.data())

@@ -352,3 +352,33 @@ TEST_CASE("q8::quantize_activations: tiny, zero and non-finite blocks never conv
     }
   }
 }
+
+TEST_CASE("gemm(): every format against the plain product, rows not a multiple of the tile, columns not of a vector, 3..70 positions, 1 to 3 threads") {
+  // Tiles are 12 rows x 32 positions (AVX-512) or 6 x 16 (AVX2), in chunks of 48 rows and blocks
+  // of 256 columns: these shapes leave a remainder in each, and 300 columns span two blocks.
+  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+    for (int threads : {1, 2, 3}) {
+      kernels::ThreadPool pool(threads);
+      kernels::GemmScratch scratch;
+      for (const auto& shape : {std::pair<Index, Index>{1, 40}, {13, 300}, {59, 77}, {100, 33}, {131, 520}}) {
+        const Index rows = shape.first, cols = shape.second;
+        const Weight<float> w = Weight<float>::owned(random_matrix(rows, cols, 31, 1.0f / std::sqrt(float(cols)))).to_format(format);
+        const MatrixRM<float> plain = widened(w);
+        for (Index n : {3, 17, 31, 32, 33, 64, 70}) {
+          CAPTURE(std::string(format_name(format)));
+          CAPTURE(threads);
+          CAPTURE(rows);
+          CAPTURE(cols);
+          CAPTURE(n);
+          const MatrixRM<float> x = random_matrix(n, cols + 3, 32);  // rows with an outer stride
+          const auto xb = x.leftCols(cols);
+          const MatrixRM<float> expected = (format == WeightFormat::Q8 ? q8_rounded(xb) : MatrixRM<float>(xb)) * plain.transpose();
+          MatrixRM<float> y = MatrixRM<float>::Constant(n, rows + 2, 99.0f);
+          kernels::gemm(x.data(), x.outerStride(), n, w, y.data(), y.outerStride(), scratch, &pool);
+          CHECK(max_abs(y.leftCols(rows), expected) <= 3e-5);
+          CHECK((y.rightCols(2).array() == 99.0f).all());
+        }
+      }
+    }
+  }
+}

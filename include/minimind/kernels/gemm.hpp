@@ -1,15 +1,16 @@
 #pragma once
 // Matrix-matrix products for prefill: Y [n, rows] = X [n, cols] W^T with W held in any format.
 //
-// The prompt's activations X are packed once per product into panels of 16 positions, k-major
-// (Xp[panel][k][16]): the one transposition is of the small operand. A micro-kernel then computes
-// a 6-weight-row x 16-position tile with 12 AVX2 accumulators: per k it broadcasts one weight of
-// each of the 6 rows and multiplies two vectors of Xp. f32 weights are read in place; bf16 and q8
-// rows are widened, 6 rows x KC columns at a time, into a small per-thread buffer that stays in
+// The prompt's activations X are packed once per product into panels of P positions, k-major
+// (Xp[panel][k][P]): the one transposition is of the small operand. A micro-kernel then computes
+// an R-weight-row x P-position tile in registers: per k it broadcasts one weight of each of the R
+// rows and multiplies two vectors of Xp. With AVX-512 the tile is 12 x 32 (24 zmm accumulators),
+// with AVX2 6 x 16 (12 ymm). f32 weights are read in place; bf16 and q8
+// rows are widened, R rows x KC columns at a time, into a small per-thread buffer that stays in
 // L1. The result is accumulated in a per-thread transposed tile buffer (rows x positions, so
 // tile stores are whole vectors) over blocks of KC columns, and transposed into Y at the end.
 // Weight rows are split across the thread pool in chunks of 48 that the threads take as they
-// finish, so every weight is read from memory once; while a 6-row block is multiplied with the
+// finish, so every weight is read from memory once; while a block of R rows is multiplied with the
 // panels, the next block's f32 or bf16 lines are prefetched. gemm_each does several products
 // of one X (q, k, v) with one pack and one dispatch.
 //
@@ -32,9 +33,9 @@ namespace minimind::kernels {
 using AlignedFloats = std::vector<float, Eigen::aligned_allocator<float>>;
 
 struct GemmScratch {
-  AlignedFloats xp;                 // X packed in panels of 16 positions
-  std::vector<AlignedFloats> ct;    // per thread: its rows of Y^T [rows, positions rounded up to 16]
-  std::vector<AlignedFloats> wbuf;  // per thread: 6 widened weight rows x KC
+  AlignedFloats xp;                 // X packed in panels of kPanel positions
+  std::vector<AlignedFloats> ct;    // per thread: its rows of Y^T [rows, positions rounded up to kPanel]
+  std::vector<AlignedFloats> wbuf;  // per thread: kRows widened weight rows x KC
   AlignedFloats rounded;            // q8: the activations after q8 rounding [n, cols]
   std::vector<int16_t> xq;          // q8: one row of activations quantized
   std::vector<float> xd;
@@ -42,8 +43,17 @@ struct GemmScratch {
 
 namespace gemm_detail {
 
-inline constexpr Index kPanel = 16;  // positions per panel
-inline constexpr Index kRows = 6;    // weight rows per micro-kernel
+#if MINIMIND_AVX2 && defined(__AVX512F__)
+// 32 zmm registers: a tile of 12 rows x 32 positions is 24 accumulators, two vectors of Xp and a
+// broadcast weight.
+#define MINIMIND_GEMM_AVX512 1
+inline constexpr Index kPanel = 32;  // positions per panel
+inline constexpr Index kRows = 12;   // weight rows per micro-kernel
+#else
+#define MINIMIND_GEMM_AVX512 0
+inline constexpr Index kPanel = 16;
+inline constexpr Index kRows = 6;
+#endif
 inline constexpr Index kKc = 256;    // columns per block
 inline constexpr Index kChunkRows = 48;  // weight rows a thread takes at a time
 
@@ -56,7 +66,15 @@ inline void widen_block(const Weight<float>& w, Index r, Index mr, Index k0, Ind
   const Index cols = w.cols();
   for (Index i = 0; i < mr; ++i) {
     if (w.format() == WeightFormat::BF16) {
-      bf16::to_float(w.bf16_data() + (r + i) * cols + k0, out + i * kc, kc);
+      const uint16_t* in = w.bf16_data() + (r + i) * cols + k0;
+      Index j = 0;
+#if MINIMIND_GEMM_AVX512
+      for (; j + 16 <= kc; j += 16) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + j));
+        _mm512_storeu_ps(out + i * kc + j, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+      }
+#endif
+      bf16::to_float(in + j, out + i * kc + j, kc - j);
     } else {
       // q8: k0 and kc are multiples of 32 except at the end of the row.
       const q8::View& v = w.q8_view();
@@ -66,6 +84,13 @@ inline void widen_block(const Weight<float>& w, Index r, Index mr, Index k0, Ind
         const float scale = q8::half_to_float(d[b]);
         const int8_t* q = q8::block_ptr(v, r + i, b) - (k0 + c);  // q[k0 + c + j] for j in the block
         Index j = 0;
+#if MINIMIND_GEMM_AVX512
+        const __m512 s16 = _mm512_set1_ps(scale);
+        for (; j + 16 <= len; j += 16) {
+          const __m128i b16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k0 + c + j));
+          _mm512_storeu_ps(out + i * kc + c + j, _mm512_mul_ps(s16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b16))));
+        }
+#endif
 #if MINIMIND_AVX2
         const __m256 s = _mm256_set1_ps(scale);
         for (; j + 8 <= len; j += 8) {
@@ -79,7 +104,51 @@ inline void widen_block(const Weight<float>& w, Index r, Index mr, Index k0, Ind
   }
 }
 
-#if MINIMIND_AVX2
+#if MINIMIND_GEMM_AVX512
+// A tile of R rows x 32 positions: ct[i][0..32) (+)= sum_k w[i][k] * xp[k][0..32) for i < R.
+// The loops over i have constant bounds and are unrolled, so the accumulators stay in registers.
+template <int R>
+inline void micro_kernel_rows(Index kc, const float* w, Index ws, const float* xp, float* ct, Index cs, bool accumulate) {
+  __m512 lo[R], hi[R];
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
+  for (Index k = 0; k < kc; ++k, xp += kPanel) {
+    const __m512 x0 = _mm512_loadu_ps(xp), x1 = _mm512_loadu_ps(xp + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      const __m512 b = _mm512_set1_ps(w[i * ws + k]);
+      lo[i] = _mm512_fmadd_ps(b, x0, lo[i]);
+      hi[i] = _mm512_fmadd_ps(b, x1, hi[i]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) {
+    float* c = ct + i * cs;
+    if (accumulate) {
+      lo[i] = _mm512_add_ps(lo[i], _mm512_loadu_ps(c));
+      hi[i] = _mm512_add_ps(hi[i], _mm512_loadu_ps(c + 16));
+    }
+    _mm512_storeu_ps(c, lo[i]);
+    _mm512_storeu_ps(c + 16, hi[i]);
+  }
+}
+
+inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, const float* xp, float* ct,
+                         Index ct_stride, bool accumulate) {
+  // The last rows of a range in tiles of 8, 4, 2 and 1 (a small share of the work).
+  while (mr > 0) {
+    const Index step = mr >= kRows ? kRows : mr >= 8 ? 8 : mr >= 4 ? 4 : mr >= 2 ? 2 : 1;
+    if (step == kRows) micro_kernel_rows<kRows>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    else if (step == 8) micro_kernel_rows<8>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    else if (step == 4) micro_kernel_rows<4>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    else if (step == 2) micro_kernel_rows<2>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    else micro_kernel_rows<1>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    mr -= step;
+    w += step * w_stride;
+    ct += step * ct_stride;
+  }
+}
+#elif MINIMIND_AVX2
 inline void store_tile_row(float* c, __m256 lo, __m256 hi, bool accumulate) {
   if (accumulate) {
     lo = _mm256_add_ps(lo, _mm256_load_ps(c));
@@ -151,28 +220,41 @@ inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, con
   }
   for (Index i = 0; i < mr; ++i) micro_kernel_1(kc, w + i * w_stride, xp, ct + i * ct_stride, accumulate);
 }
+#endif
+
+#if MINIMIND_AVX2
 
 // The cache lines of a block of weight rows, asked for a few at a time (the last line of the
 // last row may lie past the matrix: prefetch_ahead takes an address, and never faults).
 struct NextBlock {
   const char* first = nullptr;
-  Index row_bytes = 0, rows = 0, lines_per_row = 0, asked = 0;
+  Index row_bytes = 0, rows = 0, lines_per_row = 0;
+  Index row = 0, line = 0;  // the next line to ask for, counted (a division per line was a hot spot)
   Index lines() const { return rows * lines_per_row; }
   void ask(Index count) {
-    for (const Index end = std::min(lines(), asked + count); asked < end; ++asked) {
-      prefetch_ahead(first, static_cast<uintptr_t>(asked / lines_per_row * row_bytes + asked % lines_per_row * 64));
+    for (; count > 0 && row < rows; --count) {
+      prefetch_ahead(first, static_cast<uintptr_t>(row * row_bytes + line * 64));
+      if (++line == lines_per_row) line = 0, ++row;
     }
   }
 };
 
-// Rows [r, r + mr), columns [k0, k0 + kc) of an f32 or bf16 matrix (q8 is left to the hardware).
+// Rows [r, r + mr), columns [k0, k0 + kc) of the matrix. q8 rows in whole groups of four (see
+// q8::View) hold those columns as one run per group; other q8 rows are left to the hardware.
 inline NextBlock next_block(const Weight<float>& w, Index r, Index mr, Index k0, Index kc) {
+  if (w.format() == WeightFormat::Q8) {
+    const q8::View& v = w.q8_view();
+    if (r % q8::kGroup != 0 || mr % q8::kGroup != 0 || r + mr > v.rows / q8::kGroup * q8::kGroup) return {};
+    const Index run = q8::kGroup * kc;  // bytes of one group's blocks in [k0, k0 + kc)
+    return {reinterpret_cast<const char*>(q8::block_ptr(v, r, k0 / q8::kBlock)), q8::kGroup * v.blocks * q8::kBlock,
+            mr / q8::kGroup, (run + 63) / 64 + 1};
+  }
   const Index size = w.format() == WeightFormat::F32 ? 4 : w.format() == WeightFormat::BF16 ? 2 : 0;
   if (size == 0) return {};
   const char* base = w.format() == WeightFormat::F32 ? reinterpret_cast<const char*>(w.data())
                                                      : reinterpret_cast<const char*>(w.bf16_data());
   // One line more per row for a row that does not start on a line.
-  return {base + (r * w.cols() + k0) * size, w.cols() * size, mr, (kc * size + 63) / 64 + 1, 0};
+  return {base + (r * w.cols() + k0) * size, w.cols() * size, mr, (kc * size + 63) / 64 + 1};
 }
 
 // 8x8 transpose of rows src[i * src_stride + 0..8) into dst[j * dst_stride + 0..8).
@@ -198,7 +280,7 @@ inline void transpose8(const float* src, Index src_stride, float* dst, Index dst
 }
 #endif
 
-// Packs positions [p * 16, p * 16 + 16) of x (rows of `cols`, zero beyond n) into xp panel p.
+// Packs positions [p * kPanel, (p + 1) * kPanel) of x (rows of `cols`, zero beyond n) into xp panel p.
 inline void pack_panel(const float* x, Index x_stride, Index n, Index cols, Index p, float* xp) {
   float* dst = xp + p * cols * kPanel;
   const Index first = p * kPanel;
@@ -206,8 +288,7 @@ inline void pack_panel(const float* x, Index x_stride, Index n, Index cols, Inde
 #if MINIMIND_AVX2
   if (first + kPanel <= n) {
     for (; k + 8 <= cols; k += 8) {
-      transpose8(x + first * x_stride + k, x_stride, dst + k * kPanel, kPanel);
-      transpose8(x + (first + 8) * x_stride + k, x_stride, dst + k * kPanel + 8, kPanel);
+      for (Index j = 0; j < kPanel; j += 8) transpose8(x + (first + j) * x_stride + k, x_stride, dst + k * kPanel + j, kPanel);
     }
   }
 #endif
@@ -310,7 +391,7 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
           ws = kc;
         }
         float* c = ct.data() + (r - r0) * npad;
-        // The weights come from DRAM in pieces of 6 rows x KC columns, too short for the hardware
+        // The weights come from DRAM in pieces of kRows rows x KC columns, too short for the hardware
         // prefetcher to learn: ask for the next piece, a share of its lines before each panel.
         NextBlock next;
         if (r + kRows < r1) next = next_block(w, r + kRows, std::min(kRows, r1 - r - kRows), k0, kc);

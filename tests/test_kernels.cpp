@@ -382,3 +382,69 @@ TEST_CASE("gemm(): every format against the plain product, rows not a multiple o
     }
   }
 }
+
+namespace {
+
+// A 128-bit target's three dot products (kernels/neon.hpp, kernels/wasm_simd128.hpp) against the
+// scalar references, on lengths that leave every tail: f32 on multiples of 4, bf16 of 8, q8 rows
+// of 1 to 9 blocks, in grouped rows (blocks 128 bytes apart) and the rows after the last group.
+template <class F32Dot, class Bf16Dot, class Q8Dot>
+void check_128bit_dots(F32Dot f32_dot, Bf16Dot bf16_dot, Q8Dot q8_dot) {
+  for (Index cols : {1, 3, 4, 7, 8, 12, 15, 16, 20, 31, 33, 64, 100, 257, 1027}) {
+    CAPTURE(cols);
+    const MatrixRM<float> m = random_matrix(5, cols, static_cast<uint32_t>(cols), 0.05f);
+    const MatrixRM<float> x = random_matrix(1, cols, static_cast<uint32_t>(cols + 1));
+    float ref = 0;
+    kernels::f32::matvec_reference(m.data(), cols, x.data(), &ref, 0, 1);
+    CHECK(f32_dot(m.data(), x.data(), cols / 4 * 4) + kernels::f32::dot(m.data() + cols / 4 * 4, x.data() + cols / 4 * 4, cols % 4) ==
+          doctest::Approx(ref).epsilon(1e-5).scale(1));
+    CHECK(kernels::f32::dot(m.data(), x.data(), cols) == doctest::Approx(ref).epsilon(1e-5).scale(1));
+
+    const Weight<float> b = Weight<float>::owned(m).to_format(WeightFormat::BF16);
+    kernels::bf16::matvec_reference(b.bf16_data(), cols, x.data(), &ref, 0, 1);
+    const Index whole = cols / 8 * 8;
+    CHECK(bf16_dot(b.bf16_data(), x.data(), whole) + kernels::bf16::dot(b.bf16_data() + whole, x.data() + whole, cols % 8) ==
+          doctest::Approx(ref).epsilon(1e-5).scale(1));
+    CHECK(kernels::bf16::dot(b.bf16_data(), x.data(), cols) == doctest::Approx(ref).epsilon(1e-5).scale(1));
+  }
+  for (Index blocks = 1; blocks <= 9; ++blocks) {
+    const Index cols = blocks * 32 - 5;  // the last block zero padded
+    CAPTURE(cols);
+    const MatrixRM<float> m = random_matrix(5, cols, static_cast<uint32_t>(blocks), 0.05f);
+    const MatrixRM<float> x = random_matrix(1, cols, static_cast<uint32_t>(blocks + 100));
+    const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
+    const kernels::q8::View w = q.q8_view();
+    std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
+    std::vector<float> xd(static_cast<size_t>(blocks));
+    kernels::q8::quantize_activations(x.data(), cols, xq.data(), xd.data());
+    std::vector<float> ref(5);
+    kernels::q8::matvec_reference(w, xq.data(), xd.data(), ref.data(), 0, 5);
+    for (Index r = 0; r < 5; ++r) {
+      CAPTURE(r);
+      const Index stride = r < 4 ? 4 * 32 : 32;  // row 4 follows the one group of four
+      CHECK(q8_dot(kernels::q8::block_ptr(w, r, 0), stride, w.d + r * blocks, xq.data(), xd.data(), blocks) ==
+            doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-5).scale(1));
+      CHECK(kernels::q8::dot(w, r, xq.data(), xd.data()) == doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-5).scale(1));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("NEON dot products (aarch64) match the scalar references on every tail") {
+#if MINIMIND_NEON
+  check_128bit_dots(kernels::neon::f32_dot, kernels::neon::bf16_dot, kernels::neon::q8_dot);
+  MESSAGE("ran: NEON kernels");
+#else
+  MESSAGE("not run: NEON kernels (this build is not for aarch64)");
+#endif
+}
+
+TEST_CASE("WebAssembly SIMD128 dot products match the scalar references on every tail") {
+#if MINIMIND_WASM_SIMD
+  check_128bit_dots(kernels::wasm::f32_dot, kernels::wasm::bf16_dot, kernels::wasm::q8_dot);
+  MESSAGE("ran: WebAssembly SIMD128 kernels");
+#else
+  MESSAGE("not run: WebAssembly SIMD128 kernels (this build is not for wasm with -msimd128)");
+#endif
+}

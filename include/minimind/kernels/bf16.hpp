@@ -66,6 +66,12 @@ inline float dot(const uint16_t* w, const float* x, Index cols) {
   }
   for (; c + 8 <= cols; c += 8) a0 = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), a0);
   sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+#elif MINIMIND_NEON
+  c = cols / 8 * 8;
+  sum = neon::bf16_dot(w, x, c);
+#elif MINIMIND_WASM_SIMD
+  c = cols / 8 * 8;
+  sum = wasm::bf16_dot(w, x, c);
 #endif
   for (; c < cols; ++c) sum += to_float(w[c]) * x[c];
   return sum;

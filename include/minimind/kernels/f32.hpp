@@ -29,6 +29,12 @@ inline float dot(const float* w, const float* x, Index cols) {
   }
   for (; c + 8 <= cols; c += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c), _mm256_loadu_ps(x + c), a0);
   sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+#elif MINIMIND_NEON
+  c = cols / 4 * 4;
+  sum = neon::f32_dot(w, x, c);
+#elif MINIMIND_WASM_SIMD
+  c = cols / 4 * 4;
+  sum = wasm::f32_dot(w, x, c);
 #endif
   for (; c < cols; ++c) sum += w[c] * x[c];
   return sum;

@@ -188,6 +188,14 @@ inline void matvec_reference(const View& w, const int16_t* xq, const float* xd, 
 
 inline float dot(const View& w, Index r, const int16_t* xq, const float* xd) {
   const uint16_t* d = w.d + r * w.blocks;
+#if MINIMIND_NEON || MINIMIND_WASM_SIMD
+  const Index stride = block_offset(w.rows, w.blocks, r, 1) - block_offset(w.rows, w.blocks, r, 0);
+#endif
+#if MINIMIND_NEON
+  return neon::q8_dot(block_ptr(w, r, 0), stride, d, xq, xd, w.blocks);
+#elif MINIMIND_WASM_SIMD
+  return wasm::q8_dot(block_ptr(w, r, 0), stride, d, xq, xd, w.blocks);
+#else
   float sum = 0;
   for (Index b = 0; b < w.blocks; ++b) {
     const int8_t* q = block_ptr(w, r, b);
@@ -196,6 +204,7 @@ inline float dot(const View& w, Index r, const int16_t* xq, const float* xd) {
     sum += half_to_float(d[b]) * xd[b] * static_cast<float>(acc);
   }
   return sum;
+#endif
 }
 
 #if MINIMIND_AVX2

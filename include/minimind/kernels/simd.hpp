@@ -10,6 +10,17 @@
 #else
 #define MINIMIND_AVX2 0
 #endif
+// aarch64 always has NEON (kernels/neon.hpp); WebAssembly SIMD128 needs -msimd128 (kernels/wasm_simd128.hpp).
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define MINIMIND_NEON 1
+#else
+#define MINIMIND_NEON 0
+#endif
+#if defined(__wasm_simd128__)
+#define MINIMIND_WASM_SIMD 1
+#else
+#define MINIMIND_WASM_SIMD 0
+#endif
 
 namespace minimind::kernels {
 
@@ -37,3 +48,10 @@ inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
 #endif
 
 }  // namespace minimind::kernels
+
+#if MINIMIND_NEON
+#include "minimind/kernels/neon.hpp"
+#endif
+#if MINIMIND_WASM_SIMD
+#include "minimind/kernels/wasm_simd128.hpp"
+#endif

@@ -1,0 +1,97 @@
+#pragma once
+// ARM aarch64 NEON versions of the decode dot products (simd.hpp includes this when MINIMIND_NEON).
+// NEON is part of every aarch64 CPU, so no flag is needed. Prefill stays on Eigen's GEMM, which
+// has its own NEON kernels.
+//
+// q8 without the `dotprod` extension (sdot, __ARM_FEATURE_DOTPROD): sdot multiplies int8 by
+// int8, and our activations are int16 (q8.hpp says why). Splitting each int16 into two bytes
+// would take two sdot per 16 products and a second activation layout, and 32767 splits into a
+// high byte of 128, outside int8: the activation range and so the reference results would change.
+// Widening multiplies (vmull/vmlal) of the int8 weights by the int16 activations keep the format.
+#include "minimind/tensor.hpp"
+
+#include <arm_neon.h>
+
+#include <cstdint>
+
+namespace minimind::kernels::neon {
+
+// sum w[c] x[c] for c in [0, n), n a multiple of 4.
+inline float f32_dot(const float* w, const float* x, Index n) {
+  float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+  Index c = 0;
+  for (; c + 16 <= n; c += 16) {
+    a0 = vfmaq_f32(a0, vld1q_f32(w + c), vld1q_f32(x + c));
+    a1 = vfmaq_f32(a1, vld1q_f32(w + c + 4), vld1q_f32(x + c + 4));
+    a2 = vfmaq_f32(a2, vld1q_f32(w + c + 8), vld1q_f32(x + c + 8));
+    a3 = vfmaq_f32(a3, vld1q_f32(w + c + 12), vld1q_f32(x + c + 12));
+  }
+  for (; c < n; c += 4) a0 = vfmaq_f32(a0, vld1q_f32(w + c), vld1q_f32(x + c));
+  return vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
+}
+
+// bf16 is the top half of a float32: widening is a shift left by 16 (vshll).
+inline float32x4_t bf16_low4(uint16x8_t h) { return vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)); }
+inline float32x4_t bf16_high4(uint16x8_t h) { return vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)); }
+
+// sum float(w[c]) x[c] for c in [0, n), n a multiple of 8.
+inline float bf16_dot(const uint16_t* w, const float* x, Index n) {
+  float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+  Index c = 0;
+  for (; c + 16 <= n; c += 16) {
+    const uint16x8_t h0 = vld1q_u16(w + c), h1 = vld1q_u16(w + c + 8);
+    a0 = vfmaq_f32(a0, bf16_low4(h0), vld1q_f32(x + c));
+    a1 = vfmaq_f32(a1, bf16_high4(h0), vld1q_f32(x + c + 4));
+    a2 = vfmaq_f32(a2, bf16_low4(h1), vld1q_f32(x + c + 8));
+    a3 = vfmaq_f32(a3, bf16_high4(h1), vld1q_f32(x + c + 12));
+  }
+  for (; c < n; c += 8) {
+    const uint16x8_t h = vld1q_u16(w + c);
+    a0 = vfmaq_f32(a0, bf16_low4(h), vld1q_f32(x + c));
+    a1 = vfmaq_f32(a1, bf16_high4(h), vld1q_f32(x + c + 4));
+  }
+  return vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
+}
+
+// The 32 products of one q8 block, int8 weights by int16 activations, as 4 int32 partial sums
+// (exact: q8.hpp bounds a block's sum below 2^27).
+inline int32x4_t q8_block_dot(const int8_t* wq, const int16_t* xq) {
+  const int8x16_t w0 = vld1q_s8(wq), w1 = vld1q_s8(wq + 16);
+  const int16x8_t w00 = vmovl_s8(vget_low_s8(w0)), w01 = vmovl_high_s8(w0);
+  const int16x8_t w10 = vmovl_s8(vget_low_s8(w1)), w11 = vmovl_high_s8(w1);
+  const int16x8_t x00 = vld1q_s16(xq), x01 = vld1q_s16(xq + 8), x10 = vld1q_s16(xq + 16), x11 = vld1q_s16(xq + 24);
+  int32x4_t s0 = vmull_s16(vget_low_s16(w00), vget_low_s16(x00));
+  int32x4_t s1 = vmull_high_s16(w00, x00);
+  s0 = vmlal_s16(s0, vget_low_s16(w01), vget_low_s16(x01));
+  s1 = vmlal_high_s16(s1, w01, x01);
+  s0 = vmlal_s16(s0, vget_low_s16(w10), vget_low_s16(x10));
+  s1 = vmlal_high_s16(s1, w10, x10);
+  s0 = vmlal_s16(s0, vget_low_s16(w11), vget_low_s16(x11));
+  s1 = vmlal_high_s16(s1, w11, x11);
+  return vaddq_s32(s0, s1);
+}
+
+// One q8 row: sum_b d[b] xd[b] (block b of q . block b of xq), the row's blocks `stride` bytes
+// apart in q (q8.hpp interleaves rows in groups). Four blocks at a time: their int32 sums in the
+// four lanes of one vector, scaled by four float16 weight scales times four activation scales.
+inline float q8_dot(const int8_t* q, Index stride, const uint16_t* d, const int16_t* xq, const float* xd, Index blocks) {
+  float32x4_t acc = vdupq_n_f32(0.0f);
+  Index b = 0;
+  for (; b + 4 <= blocks; b += 4) {
+    const int32x4_t s0 = q8_block_dot(q + b * stride, xq + b * 32);
+    const int32x4_t s1 = q8_block_dot(q + (b + 1) * stride, xq + (b + 1) * 32);
+    const int32x4_t s2 = q8_block_dot(q + (b + 2) * stride, xq + (b + 2) * 32);
+    const int32x4_t s3 = q8_block_dot(q + (b + 3) * stride, xq + (b + 3) * 32);
+    const int32x4_t sums = vpaddq_s32(vpaddq_s32(s0, s1), vpaddq_s32(s2, s3));  // [s0, s1, s2, s3]
+    const float32x4_t scales = vmulq_f32(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d + b))), vld1q_f32(xd + b));
+    acc = vfmaq_f32(acc, scales, vcvtq_f32_s32(sums));
+  }
+  float sum = vaddvq_f32(acc);
+  for (; b < blocks; ++b) {
+    const float scale = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(d[b]))), 0);
+    sum += scale * xd[b] * static_cast<float>(vaddvq_s32(q8_block_dot(q + b * stride, xq + b * 32)));
+  }
+  return sum;
+}
+
+}  // namespace minimind::kernels::neon

@@ -1,0 +1,77 @@
+#pragma once
+// WebAssembly SIMD128 versions of the decode dot products (simd.hpp includes this when
+// MINIMIND_WASM_SIMD: compile with -msimd128). SIMD128 has no fused multiply-add (that is the
+// later relaxed-simd proposal), so products and sums are two instructions. Prefill stays on
+// Eigen's GEMM, which has its own SIMD128 kernels.
+#include "minimind/tensor.hpp"
+
+#include <wasm_simd128.h>
+
+#include <cstdint>
+
+namespace minimind::kernels::wasm {
+
+inline v128_t madd(v128_t acc, v128_t a, v128_t b) { return wasm_f32x4_add(acc, wasm_f32x4_mul(a, b)); }
+inline float sum4(v128_t v) {
+  return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) +
+         (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));
+}
+
+// sum w[c] x[c] for c in [0, n), n a multiple of 4.
+inline float f32_dot(const float* w, const float* x, Index n) {
+  v128_t a0 = wasm_f32x4_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+  Index c = 0;
+  for (; c + 16 <= n; c += 16) {
+    a0 = madd(a0, wasm_v128_load(w + c), wasm_v128_load(x + c));
+    a1 = madd(a1, wasm_v128_load(w + c + 4), wasm_v128_load(x + c + 4));
+    a2 = madd(a2, wasm_v128_load(w + c + 8), wasm_v128_load(x + c + 8));
+    a3 = madd(a3, wasm_v128_load(w + c + 12), wasm_v128_load(x + c + 12));
+  }
+  for (; c < n; c += 4) a0 = madd(a0, wasm_v128_load(w + c), wasm_v128_load(x + c));
+  return sum4(wasm_f32x4_add(wasm_f32x4_add(a0, a1), wasm_f32x4_add(a2, a3)));
+}
+
+// Four bf16 widened to float32: zero-extending load to 32 bits, then the 16-bit shift.
+inline v128_t bf16_load4(const uint16_t* p) { return wasm_i32x4_shl(wasm_u32x4_load16x4(p), 16); }
+
+// sum float(w[c]) x[c] for c in [0, n), n a multiple of 8.
+inline float bf16_dot(const uint16_t* w, const float* x, Index n) {
+  v128_t a0 = wasm_f32x4_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+  Index c = 0;
+  for (; c + 16 <= n; c += 16) {
+    a0 = madd(a0, bf16_load4(w + c), wasm_v128_load(x + c));
+    a1 = madd(a1, bf16_load4(w + c + 4), wasm_v128_load(x + c + 4));
+    a2 = madd(a2, bf16_load4(w + c + 8), wasm_v128_load(x + c + 8));
+    a3 = madd(a3, bf16_load4(w + c + 12), wasm_v128_load(x + c + 12));
+  }
+  for (; c < n; c += 8) {
+    a0 = madd(a0, bf16_load4(w + c), wasm_v128_load(x + c));
+    a1 = madd(a1, bf16_load4(w + c + 4), wasm_v128_load(x + c + 4));
+  }
+  return sum4(wasm_f32x4_add(wasm_f32x4_add(a0, a1), wasm_f32x4_add(a2, a3)));
+}
+
+// The 32 products of one q8 block as 4 int32 partial sums: the int8 weights sign-extended to
+// int16 as they load, then i32x4.dot_i16x8 (pairs of int16 products, exact in int32).
+inline v128_t q8_block_dot(const int8_t* wq, const int16_t* xq) {
+  v128_t s = wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(wq), wasm_v128_load(xq));
+  s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(wq + 8), wasm_v128_load(xq + 8)));
+  s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(wq + 16), wasm_v128_load(xq + 16)));
+  return wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(wq + 24), wasm_v128_load(xq + 24)));
+}
+
+// One q8 row: sum_b d[b] xd[b] (block b of q . block b of xq), the row's blocks `stride` bytes
+// apart in q. Each block's int32 sum goes to float whole (as the scalar path does), then scaled.
+inline float q8_dot(const int8_t* q, Index stride, const uint16_t* d, const int16_t* xq, const float* xd, Index blocks) {
+  float sum = 0;
+  for (Index b = 0; b < blocks; ++b) {
+    const v128_t s = q8_block_dot(q + b * stride, xq + b * 32);
+    const int32_t block = (wasm_i32x4_extract_lane(s, 0) + wasm_i32x4_extract_lane(s, 1)) +
+                          (wasm_i32x4_extract_lane(s, 2) + wasm_i32x4_extract_lane(s, 3));
+    const float scale = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(d[b]));
+    sum += scale * xd[b] * static_cast<float>(block);
+  }
+  return sum;
+}
+
+}  // namespace minimind::kernels::wasm

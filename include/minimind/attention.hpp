@@ -2,21 +2,53 @@
 // Causal grouped-query self-attention with a KV cache. Query head h reads kv head
 // h / (num_attention_heads / num_key_value_heads). In minimind-3, q and k get a per-head RMSNorm
 // (q_norm, k_norm) before RoPE; the cache stores k after both, so cached keys are never touched again.
-#include "minimind/activations.hpp"
+// The steps are separate calls so that the model's forward recipe shows them in order:
+// project (q, k, v) -> rotate_and_cache (q/k norm, RoPE, cache write) -> attend -> o_proj.
+// A step's rows may belong to several sequences (a batch); only attend tells them apart.
 #include "minimind/config.hpp"
 #include "minimind/kernels/linear.hpp"
+#include "minimind/kv_cache.hpp"
 #include "minimind/rms_norm.hpp"
 #include "minimind/rope.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/weights.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <limits>
 #include <optional>
-#include <tuple>
+#include <span>
 #include <string>
+#include <tuple>
 
 namespace minimind {
+
+// The attention's buffers for a step of up to `rows` positions over up to `context` keys.
+template <class T>
+struct AttentionScratch {
+  static constexpr Index kQueryBlock = 32;  // queries a thread scores at once (one matrix product)
+  MatrixRM<T> q;         // [rows, heads * head_dim]
+  MatrixRM<T> k, v;      // [rows, kv_heads * head_dim]
+  MatrixRM<T> cos, sin;  // [rows, head_dim / 2] rotary angles of each row's position
+  MatrixRM<T> out;       // [rows, heads * head_dim] the heads' weighted values, before o_proj
+  MatrixRM<T> scores;    // [threads * query_block, context] a block of score rows per thread
+  MatrixRM<T> probs;     // [heads * rows, keys] kept for an observer only
+  Index query_block = 1;
+
+  void reserve(const Config& c, Index rows, Index context, int threads) {
+    if (rows > q.rows()) {
+      q.resize(rows, c.num_attention_heads * c.head_dim);
+      k.resize(rows, c.num_key_value_heads * c.head_dim);
+      v.resize(rows, c.num_key_value_heads * c.head_dim);
+      cos.resize(rows, c.head_dim / 2);
+      sin.resize(rows, c.head_dim / 2);
+      out.resize(rows, c.num_attention_heads * c.head_dim);
+      query_block = std::min(rows, kQueryBlock);
+    }
+    if (threads * query_block > scores.rows() || context > scores.cols()) {
+      scores.resize(std::max(threads * query_block, scores.rows()), std::max(context, scores.cols()));
+    }
+  }
+};
 
 template <class T>
 class Attention {
@@ -39,60 +71,70 @@ class Attention {
     }
   }
 
-  // Attends the n positions [start, start + n) whose normalised inputs are x [n, hidden] over the
-  // cache plus themselves; writes their k and v into the cache; out [n, hidden].
-  // act.cos / act.sin must hold the rotary angles of those positions.
-  template <class In, class Out>
-  void forward(const In& x, Index start, MatrixRM<T>& cache_k, MatrixRM<T>& cache_v, Index capacity,
-               const RotaryEmbedding<T>& rope, Out&& out, Activations<T>& act) const {
-    const Index n = x.rows(), length = start + n, group = heads_ / kv_heads_;
-    auto q = act.q.topRows(n);
-    auto k = act.k.topRows(n);
-    auto v = act.v.topRows(n);
-    // q = x q_proj^T, k = x k_proj^T, v = x v_proj^T
-    kernels::linear_each(x, act.work, std::tie(q_proj, q), std::tie(k_proj, k), std::tie(v_proj, v));
-    // Per position (split across the pool for a prompt): q/k norm, rotation, into the cache.
-    act.work.parallel_for(n, 1, [&](Index first, Index last) {
-      for (Index i = first; i < last; ++i) {
-        if (q_norm) {
-          q_norm->forward(&q(i, 0), &q(i, 0), heads_);
-          k_norm->forward(&k(i, 0), &k(i, 0), kv_heads_);
-        }
-        rope.rotate(&q(i, 0), heads_, &act.cos(i, 0), &act.sin(i, 0));
-        rope.rotate(&k(i, 0), kv_heads_, &act.cos(i, 0), &act.sin(i, 0));
-        for (Index h = 0; h < kv_heads_; ++h) {
-          cache_k.row(h * capacity + start + i) = k.row(i).segment(h * head_dim_, head_dim_);
-          cache_v.row(h * capacity + start + i) = v.row(i).segment(h * head_dim_, head_dim_);
-        }
-      }
-    });
+  // q = x q_proj^T, k = x k_proj^T, v = x v_proj^T for the step's n rows x [n, hidden].
+  template <class In>
+  void project(const In& x, AttentionScratch<T>& s, kernels::Workspace& work) const {
+    const Index n = x.rows();
+    auto q = s.q.topRows(n);
+    auto k = s.k.topRows(n);
+    auto v = s.v.topRows(n);
+    kernels::linear_each(x, work, std::tie(q_proj, q), std::tie(k_proj, k), std::tie(v_proj, v));
+  }
 
-    // Each head on its own, in blocks of queries: the scores of the block against the keys its
-    // last query sees (one matrix product), a causal softmax per row (the keys a row may not see
-    // get weight 0), and the weighted sum of the values (another). Heads are split across the
-    // thread pool; each thread keeps a block of score rows (act.scores rows t * query_block...).
+  // Per row: q/k norm (minimind-3), RoPE at the row's angles (s.cos, s.sin), then k and v into its
+  // sequence's cache at its position. Split across the pool by rows for a prompt.
+  void rotate_and_cache(std::span<const SequenceRows<T>> seqs, size_t layer, const RotaryEmbedding<T>& rope,
+                        AttentionScratch<T>& s, kernels::Workspace& work) const {
+    for (const SequenceRows<T>& seq : seqs) {
+      work.parallel_for(seq.rows, 1, [&](Index first, Index last) {
+        for (Index i = seq.first_row + first; i < seq.first_row + last; ++i) {
+          if (q_norm) {
+            q_norm->forward(&s.q(i, 0), &s.q(i, 0), heads_);
+            k_norm->forward(&s.k(i, 0), &s.k(i, 0), kv_heads_);
+          }
+          rope.rotate(&s.q(i, 0), heads_, &s.cos(i, 0), &s.sin(i, 0));
+          rope.rotate(&s.k(i, 0), kv_heads_, &s.cos(i, 0), &s.sin(i, 0));
+          seq.cache->write(layer, seq.start + i - seq.first_row, s.k.row(i), s.v.row(i));
+        }
+      });
+    }
+  }
+
+  // s.out = softmax(q k^T / sqrt(head_dim)) v for every head of every sequence, each row over its
+  // own sequence's cached keys up to its own position. A head's queries go in blocks: the block's
+  // scores against the keys its last query sees (one matrix product), a causal softmax per row
+  // (keys a row may not see get weight 0), and the weighted sum of the values (another).
+  // (sequence, head) pairs are split across the pool. With keep_probs (one sequence only) the
+  // probabilities are also left in s.probs [heads * rows, length] for an observer.
+  void attend(std::span<const SequenceRows<T>> seqs, size_t layer, AttentionScratch<T>& s, kernels::Workspace& work,
+              bool keep_probs = false) const {
+    const Index group = heads_ / kv_heads_;
     const T scale = T(1) / std::sqrt(static_cast<T>(head_dim_));
-    act.work.parallel_for_indexed(heads_, 1, [&](Index first_head, Index last_head, int thread) {
-      for (Index h = first_head; h < last_head; ++h) {
-        const auto keys = KVCache<T>::head(cache_k, h / group, capacity, length);
-        const auto values = KVCache<T>::head(cache_v, h / group, capacity, length);
-        for (Index i0 = 0; i0 < n; i0 += act.query_block) {
-          const Index m = std::min(act.query_block, n - i0);
-          const Index reach = start + i0 + m;  // the block's last query sees [0, reach)
-          auto scores = act.scores.block(thread * act.query_block, 0, m, reach);
-          scores.noalias() = q.block(i0, h * head_dim_, m, head_dim_) * keys.topRows(reach).transpose();
+    if (keep_probs) s.probs.setZero(heads_ * seqs[0].rows, seqs[0].length());
+    const Index tasks = static_cast<Index>(seqs.size()) * heads_;
+    work.parallel_for_indexed(tasks, 1, [&](Index first_task, Index last_task, int thread) {
+      for (Index task = first_task; task < last_task; ++task) {
+        const SequenceRows<T>& seq = seqs[static_cast<size_t>(task / heads_)];
+        const Index h = task % heads_;
+        const auto keys = seq.cache->keys(layer, h / group, seq.length());
+        const auto values = seq.cache->values(layer, h / group, seq.length());
+        for (Index i0 = 0; i0 < seq.rows; i0 += s.query_block) {
+          const Index m = std::min(s.query_block, seq.rows - i0);
+          const Index reach = seq.start + i0 + m;  // the block's last query sees [0, reach)
+          auto scores = s.scores.block(thread * s.query_block, 0, m, reach);
+          scores.noalias() = s.q.block(seq.first_row + i0, h * head_dim_, m, head_dim_) * keys.topRows(reach).transpose();
           for (Index i = 0; i < m; ++i) {
-            const Index visible = start + i0 + i + 1;  // causal: position start + i0 + i sees [0, visible)
+            const Index visible = seq.start + i0 + i + 1;  // causal: it sees positions [0, visible)
             auto seen = scores.row(i).head(visible);
             seen = ((seen.array() - seen.maxCoeff()) * scale).exp();
             seen /= seen.sum();
             scores.row(i).tail(reach - visible).setZero();
           }
-          act.attn.block(i0, h * head_dim_, m, head_dim_).noalias() = scores * values.topRows(reach);
+          s.out.block(seq.first_row + i0, h * head_dim_, m, head_dim_).noalias() = scores * values.topRows(reach);
+          if (keep_probs) s.probs.block(h * seq.rows + i0, 0, m, reach) = scores;
         }
       }
     });
-    kernels::linear(act.attn.topRows(n), o_proj, out, act.work);
   }
 
   size_t num_parameters() const {

@@ -1,7 +1,7 @@
 #pragma once
-// One decoder layer, pre-norm with residuals:
+// One decoder layer's weights, pre-norm with residuals:
 //   x += self_attn(input_layernorm(x));  x += mlp(post_attention_layernorm(x)).
-#include "minimind/activations.hpp"
+// The computation is spelled out step by step in the model's forward recipe (model.hpp).
 #include "minimind/attention.hpp"
 #include "minimind/config.hpp"
 #include "minimind/feed_forward.hpp"
@@ -25,20 +25,6 @@ class Block {
         RMSNorm<T>(w.vector(prefix + ".post_attention_layernorm.weight", c.hidden_size, dims), c.rms_norm_eps);
     if (c.layer_is_moe(layer)) mlp = MoEFeedForward<T>(w, prefix + ".mlp", c);
     else mlp = FeedForward<T>(w, prefix + ".mlp", c, c.intermediate_size);
-  }
-
-  // Updates the residual stream act.x of positions [start, start + n) in place.
-  void forward(Index n, Index start, KVCache<T>& cache, size_t layer, const RotaryEmbedding<T>& rope,
-               Activations<T>& act) const {
-    auto x = act.x.topRows(n);
-    auto normed = act.normed.topRows(n);
-    auto sublayer = act.sublayer.topRows(n);
-    input_layernorm.forward(x, normed);
-    self_attn.forward(normed, start, cache.k[layer], cache.v[layer], cache.capacity, rope, sublayer, act);
-    x += sublayer;
-    post_attention_layernorm.forward(x, normed);
-    std::visit([&](const auto& ffn) { ffn.forward(normed, sublayer, act); }, mlp);
-    x += sublayer;
   }
 
   size_t num_parameters() const {

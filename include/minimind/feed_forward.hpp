@@ -3,7 +3,6 @@
 // MoE: a router (mlp.gate) scores the experts with a softmax, each token goes through its
 // num_experts_per_tok best experts, weighted by their scores (optionally renormalised), plus the
 // always-on shared experts of MiniMind2-MoE.
-#include "minimind/activations.hpp"
 #include "minimind/config.hpp"
 #include "minimind/kernels/linear.hpp"
 #include "minimind/tensor.hpp"
@@ -18,6 +17,40 @@
 
 namespace minimind {
 
+// A SwiGLU FFN's buffers: gate and up projections of up to `rows` positions [rows, width].
+template <class T>
+struct FeedForwardScratch {
+  MatrixRM<T> gate, up;
+  void reserve(const Config& c, Index rows) {
+    if (rows <= gate.rows()) return;
+    const Index width = std::max(c.intermediate_size, c.moe_intermediate_size);
+    gate.resize(rows, width);
+    up.resize(rows, width);
+  }
+};
+
+// The MoE router's buffers, and the rows gathered for one expert at a time.
+template <class T>
+struct MoEScratch {
+  MatrixRM<T> router;                // [rows, experts] router probabilities
+  std::vector<int> chosen;           // [rows * top_k] the experts chosen for each row
+  std::vector<T> chosen_weight;      // [rows * top_k] their weights
+  MatrixRM<T> expert_in;             // [rows, hidden] the rows one expert serves
+  MatrixRM<T> expert_out;            // [rows, hidden]
+  std::vector<Index> expert_rows;    // [rows] which rows those are
+  std::vector<T> expert_weights;     // [rows] and their routing weights
+  void reserve(const Config& c, Index rows) {
+    if (c.num_experts == 0 || rows <= router.rows()) return;
+    router.resize(rows, c.num_experts);
+    chosen.resize(static_cast<size_t>(rows * c.num_experts_per_tok));
+    chosen_weight.resize(static_cast<size_t>(rows * c.num_experts_per_tok));
+    expert_in.resize(rows, c.hidden_size);
+    expert_out.resize(rows, c.hidden_size);
+    expert_rows.resize(static_cast<size_t>(rows));
+    expert_weights.resize(static_cast<size_t>(rows));
+  }
+};
+
 template <class T>
 class FeedForward {
  public:
@@ -31,18 +64,18 @@ class FeedForward {
 
   Index width() const { return gate_proj.rows(); }
 
-  // out [n, hidden] = down(silu(gate(x)) * up(x)) for x [n, hidden]; uses act.gate / act.up.
+  // out [n, hidden] = down(silu(gate(x)) * up(x)) for x [n, hidden].
   template <class In, class Out>
-  void forward(const In& x, Out&& out, Activations<T>& act) const {
+  void forward(const In& x, Out&& out, FeedForwardScratch<T>& s, kernels::Workspace& work) const {
     const Index n = x.rows(), f = width();
-    auto gate = act.gate.topLeftCorner(n, f);
-    auto up = act.up.topLeftCorner(n, f);
-    kernels::linear_each(x, act.work, std::tie(gate_proj, gate), std::tie(up_proj, up));  // x gate^T, x up^T
-    act.work.parallel_for(n, 1, [&](Index first, Index last) {  // silu(gate) * up
+    auto gate = s.gate.topLeftCorner(n, f);
+    auto up = s.up.topLeftCorner(n, f);
+    kernels::linear_each(x, work, std::tie(gate_proj, gate), std::tie(up_proj, up));  // x gate^T, x up^T
+    work.parallel_for(n, 1, [&](Index first, Index last) {  // silu(gate) * up
       auto g = gate.middleRows(first, last - first).array();
       g = g / (T(1) + (-g).exp()) * up.middleRows(first, last - first).array();
     });
-    kernels::linear(gate, down_proj, out, act.work);
+    kernels::linear(gate, down_proj, out, work);
   }
 
   size_t num_parameters() const { return static_cast<size_t>(3 * gate_proj.rows() * gate_proj.cols()); }
@@ -71,38 +104,41 @@ class MoEFeedForward {
     }
   }
 
+  Index top_k() const { return top_k_; }
+
+  // out [n, hidden] for x [n, hidden]; the choices stay in s.chosen / s.chosen_weight.
   template <class In, class Out>
-  void forward(const In& x, Out&& out, Activations<T>& act) const {
+  void forward(const In& x, Out&& out, MoEScratch<T>& s, FeedForwardScratch<T>& expert, kernels::Workspace& work) const {
     const Index n = x.rows(), num_experts = gate.rows();
-    auto router = act.router.topRows(n);
-    kernels::linear(x, gate, router, act.work);
+    auto router = s.router.topRows(n);
+    kernels::linear(x, gate, router, work);
     for (Index r = 0; r < n; ++r) {  // softmax over experts
       auto row = router.row(r);
       row = (row.array() - row.maxCoeff()).exp();
       row /= row.sum();
     }
-    choose_experts(router, act);
+    choose_experts(router, s);
 
     out.setZero();
     for (Index e = 0; e < num_experts; ++e) {
       Index count = 0;
       for (Index r = 0; r < n; ++r) {
-        for (Index s = 0; s < top_k_; ++s) {
-          if (act.chosen[r * top_k_ + s] == e) {
-            act.expert_tokens[count] = r;
-            act.expert_weights[count] = act.chosen_weight[r * top_k_ + s];
-            act.expert_in.row(count++) = x.row(r);
+        for (Index k = 0; k < top_k_; ++k) {
+          if (s.chosen[r * top_k_ + k] == e) {
+            s.expert_rows[count] = r;
+            s.expert_weights[count] = s.chosen_weight[r * top_k_ + k];
+            s.expert_in.row(count++) = x.row(r);
           }
         }
       }
       if (count == 0) continue;
-      auto expert_out = act.expert_out.topRows(count);
-      experts[e].forward(act.expert_in.topRows(count), expert_out, act);
-      for (Index i = 0; i < count; ++i) out.row(act.expert_tokens[i]) += act.expert_weights[i] * expert_out.row(i);
+      auto expert_out = s.expert_out.topRows(count);
+      experts[e].forward(s.expert_in.topRows(count), expert_out, expert, work);
+      for (Index i = 0; i < count; ++i) out.row(s.expert_rows[i]) += s.expert_weights[i] * expert_out.row(i);
     }
     for (const auto& shared : shared_experts) {
-      auto expert_out = act.expert_out.topRows(n);
-      shared.forward(x, expert_out, act);
+      auto expert_out = s.expert_out.topRows(n);
+      shared.forward(x, expert_out, expert, work);
       out += expert_out;
     }
   }
@@ -127,11 +163,11 @@ class MoEFeedForward {
  private:
   // The top_k experts of each row by router probability (ties: the lower index), with weights.
   template <class Router>
-  void choose_experts(const Router& router, Activations<T>& act) const {
+  void choose_experts(const Router& router, MoEScratch<T>& s) const {
     const Index n = router.rows(), num_experts = router.cols();
     for (Index r = 0; r < n; ++r) {
-      int* chosen = &act.chosen[r * top_k_];
-      T* weight = &act.chosen_weight[r * top_k_];
+      int* chosen = &s.chosen[r * top_k_];
+      T* weight = &s.chosen_weight[r * top_k_];
       for (Index s = 0; s < top_k_; ++s) {
         int best = -1;
         for (Index e = 0; e < num_experts; ++e) {

@@ -1,18 +1,22 @@
 #pragma once
-// The whole network. MiniMindModel: embed_tokens -> N x Block -> norm. MiniMindForCausalLM adds
-// lm_head, which for a tied checkpoint IS embed_tokens (one matrix, used the other way round).
-// Both are immutable after loading and may be shared by any number of threads, each running its
-// own Session. LoadOptions choose the format the matrices are held in (f32, bf16, q8) and how many
-// threads one forward pass uses (a persistent pool owned by the model; concurrent sessions take
-// turns on it or run on their own thread). The non-const members (set_threads, writes through
-// mutable_weight) are the exception: call them only while no other thread uses the model.
-#include "minimind/activations.hpp"
+// The whole network. MiniMindModel holds the weights, named like the checkpoint's tensors:
+// embed_tokens, layers (Block), norm, and the RoPE table. MiniMindForCausalLM adds lm_head, which
+// for a tied checkpoint IS embed_tokens (one matrix, used the other way round), and runs the
+// forward recipe: one function, top to bottom, for every generation (their differences are data
+// in Config). Both are immutable after loading and may be shared by any number of threads, each
+// running its own Session. LoadOptions choose the format the matrices are held in (f32, bf16, q8)
+// and how many threads one forward pass uses (a persistent pool owned by the model; concurrent
+// sessions take turns on it or run on their own thread). The non-const members (set_threads,
+// writes through mutable_weight) are the exception: call them only while no other thread uses
+// the model.
 #include "minimind/block.hpp"
 #include "minimind/config.hpp"
 #include "minimind/embedding.hpp"
 #include "minimind/error.hpp"
 #include "minimind/io/safetensors.hpp"
 #include "minimind/kernels/thread_pool.hpp"
+#include "minimind/kv_cache.hpp"
+#include "minimind/observer.hpp"
 #include "minimind/rms_norm.hpp"
 #include "minimind/rope.hpp"
 #include "minimind/session.hpp"
@@ -25,6 +29,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace minimind {
@@ -45,31 +50,6 @@ class MiniMindModel {
   }
 
   const Config& config() const { return config_; }
-
-  // Runs ids at the session's next positions; leaves the final-normed hidden states in
-  // act.normed [ids.size(), hidden] and advances the session.
-  void forward(std::span<const int32_t> ids, Session<T>& session) const {
-    session.check_shape(config_);
-    const Index n = static_cast<Index>(ids.size()), start = session.position();
-    if (n == 0) throw Error("forward: no token ids");
-    if (start + n > config_.max_position_embeddings) {
-      throw Error("sequence of " + std::to_string(start + n) + " tokens exceeds max_position_embeddings " +
-                  std::to_string(config_.max_position_embeddings));
-    }
-    if (start + n > session.context()) {
-      throw Error("sequence of " + std::to_string(start + n) + " tokens exceeds the session's context of " +
-                  std::to_string(session.context()));
-    }
-    for (int32_t id : ids) embed_tokens.check_id(id);
-    Activations<T>& act = session.activations();
-    act.reserve(config_, n, session.context());
-
-    embed_tokens.lookup(ids, act.x.topRows(n));
-    for (Index i = 0; i < n; ++i) rotary_emb.angles(start + i, &act.cos(i, 0), &act.sin(i, 0));
-    for (size_t l = 0; l < layers.size(); ++l) layers[l].forward(n, start, session.cache(), l, rotary_emb, act);
-    norm.forward(act.x.topRows(n), act.normed.topRows(n));
-    session.advance(n);
-  }
 
   size_t num_parameters() const {
     size_t total = embed_tokens.num_parameters() + static_cast<size_t>(norm.dim());
@@ -115,39 +95,113 @@ class MiniMindForCausalLM {
   const TiedEmbedding<T>& lm_head() const { return untied_lm_head_ ? *untied_lm_head_ : model.embed_tokens; }
   bool is_tied() const { return !untied_lm_head_; }
 
-  // A fresh sequence state. `context` 0 means min(max_position_embeddings, 4096).
+  // Positions a session holds when none is asked for (at most max_position_embeddings).
+  static constexpr Index kDefaultContext = 4096;
+
+  // A fresh sequence state. `context` 0 means min(max_position_embeddings, kDefaultContext).
   Session<T> new_session(Index context = 0) const {
-    if (context == 0) context = std::min<Index>(config().max_position_embeddings, 4096);
-    Session<T> session(config(), context);
-    session.activations().reserve_threads(threads());
-    return session;
+    if (context == 0) context = std::min<Index>(config().max_position_embeddings, kDefaultContext);
+    return Session<T>(config(), context);
   }
 
   // Feeds ids after what the session holds; returns the logits of the new positions
   // [ids.size(), vocab], or of the last one only [1, vocab] when `all_positions` is false.
-  // The view is valid until the session's next forward.
-  auto forward(Session<T>& session, std::span<const int32_t> ids, bool all_positions = true) const {
-    Activations<T>& act = session.activations();
-    act.work.pool = pool_.get();
-    act.reserve_threads(threads());
-    model.forward(ids, session);
-    const Index n = static_cast<Index>(ids.size());
-    const Index first = all_positions ? 0 : n - 1;
-    auto logits = act.logits.middleRows(0, n - first);
-    lm_head().logits(act.normed.middleRows(first, n - first), logits, act.work);
-    return logits;
+  // The view is valid until the session's next forward. An observer sees every step.
+  auto forward(Session<T>& session, std::span<const int32_t> ids, bool all_positions = true,
+               ForwardObserver<T>* observer = nullptr) const {
+    const SequenceRows<T> seq = rows_of(session, ids.size(), 0);
+    ForwardScratch<T>& scratch = session.scratch();
+    prepare(scratch, seq.rows, session.context());
+    forward_rows({&seq, 1}, {&ids, 1}, all_positions, scratch, observer);
+    session.advance(seq.rows);
+    return scratch.logits.topRows(all_positions ? seq.rows : 1);
   }
 
   // The full recompute: logits at every position of ids [ids.size(), vocab], as upstream's
   // model(ids).logits[0].
   MatrixRM<T> forward(std::span<const int32_t> ids) const {
-    if (ids.empty()) throw Error("forward: no token ids");
-    if (static_cast<int64_t>(ids.size()) > config().max_position_embeddings) {
-      throw Error("sequence of " + std::to_string(ids.size()) + " tokens exceeds max_position_embeddings " +
+    Session<T> session(config(), std::clamp<Index>(static_cast<Index>(ids.size()), 1, config().max_position_embeddings));
+    return forward(session, ids);
+  }
+
+  // Where `count` new positions of `session` go as rows [first_row, first_row + count) of a step;
+  // throws, changing nothing, unless they fit the model and the session.
+  SequenceRows<T> rows_of(Session<T>& session, size_t count, Index first_row) const {
+    session.check_shape(config());
+    const Index n = static_cast<Index>(count), start = session.position();
+    if (n == 0) throw Error("forward: no token ids");
+    if (start + n > config().max_position_embeddings) {
+      throw Error("sequence of " + std::to_string(start + n) + " tokens exceeds max_position_embeddings " +
                   std::to_string(config().max_position_embeddings));
     }
-    Session<T> session(config(), static_cast<Index>(ids.size()));
-    return forward(session, ids);
+    if (start + n > session.context()) {
+      throw Error("sequence of " + std::to_string(start + n) + " tokens exceeds the session's context of " +
+                  std::to_string(session.context()));
+    }
+    return {&session.cache(), first_row, n, start};
+  }
+  // Makes `scratch` ready for a step of `rows` positions over at most `context` keys on this
+  // model's threads (allocates only when the step is larger than any before).
+  void prepare(ForwardScratch<T>& scratch, Index rows, Index context) const {
+    scratch.reserve(config(), rows, context, threads());
+    scratch.work.pool = pool_.get();
+  }
+
+  // The forward recipe, for a step whose rows are the new positions of one or more sequences
+  // (seqs[q] gets ids[q]), one after another. Leaves in scratch.logits the logits of every row
+  // (all_positions) or of each sequence's last row, in order; the caller advances the sessions.
+  void forward_rows(std::span<const SequenceRows<T>> seqs, std::span<const std::span<const int32_t>> ids,
+                    bool all_positions, ForwardScratch<T>& s, ForwardObserver<T>* observer) const {
+    const MiniMindModel<T>& m = model;
+    const Index n = seqs.back().first_row + seqs.back().rows;
+    auto x = s.x.topRows(n), normed = s.normed.topRows(n), sublayer = s.sublayer.topRows(n);
+    AttentionScratch<T>& attn = s.attention;
+    kernels::Workspace& work = s.work;
+    const bool keep_probs = observer && observer->wants_attention() && seqs.size() == 1;
+
+    for (size_t q = 0; q < seqs.size(); ++q) {  // h = E[id], and each row's rotary angles
+      m.embed_tokens.lookup(ids[q], x.middleRows(seqs[q].first_row, seqs[q].rows));
+      for (Index row = seqs[q].first_row; row < seqs[q].first_row + seqs[q].rows; ++row) {
+        m.rotary_emb.angles(seqs[q].start + row - seqs[q].first_row, &attn.cos(row, 0), &attn.sin(row, 0));
+      }
+    }
+    if (observer) observer->embedding(view(x));
+    for (size_t l = 0; l < m.layers.size(); ++l) {
+      const Block<T>& layer = m.layers[l];
+      layer.input_layernorm.forward(x, normed);
+      layer.self_attn.project(normed, attn, work);                          // q, k, v
+      layer.self_attn.rotate_and_cache(seqs, l, m.rotary_emb, attn, work);  // q/k norm, RoPE, cache write
+      layer.self_attn.attend(seqs, l, attn, work, keep_probs);              // softmax(q k^T / sqrt(d)) v
+      kernels::linear(attn.out.topRows(n), layer.self_attn.o_proj, sublayer, work);
+      x += sublayer;
+      if (observer) report_attention(*observer, l, keep_probs, attn, view(x));
+
+      layer.post_attention_layernorm.forward(x, normed);
+      if (const auto* moe = std::get_if<MoEFeedForward<T>>(&layer.mlp)) {
+        moe->forward(normed, sublayer, s.moe, s.mlp, work);
+        if (observer) {
+          const auto picks = static_cast<size_t>(n * moe->top_k());
+          observer->router(static_cast<int64_t>(l), {s.moe.chosen.data(), picks}, {s.moe.chosen_weight.data(), picks},
+                           moe->top_k());
+        }
+      } else {
+        std::get<FeedForward<T>>(layer.mlp).forward(normed, sublayer, s.mlp, work);
+      }
+      x += sublayer;
+      if (observer) observer->residual_after_ffn(static_cast<int64_t>(l), view(x));
+    }
+    m.norm.forward(x, normed);
+    if (observer) observer->final_norm(view(normed));
+
+    // logits = h E^T, of every row or of each sequence's last (gathered into s.sublayer).
+    Index wanted = n;
+    if (!all_positions) {
+      wanted = static_cast<Index>(seqs.size());
+      for (Index q = 0; q < wanted; ++q) s.sublayer.row(q) = normed.row(seqs[q].first_row + seqs[q].rows - 1);
+    }
+    auto logits = s.logits.topRows(wanted);
+    lm_head().logits(all_positions ? s.normed.topRows(n) : s.sublayer.topRows(wanted), logits, work);
+    if (observer) observer->logits(view(logits));
   }
 
   // Parameters, the tied matrix counted once.
@@ -186,6 +240,21 @@ class MiniMindForCausalLM {
     }
     // A tied checkpoint may also store lm_head.weight; it is the same matrix and is not loaded.
     return m;
+  }
+
+  // A contiguous block of rows as the observer's view type.
+  template <class Rows>
+  static ConstMatrixMap<T> view(const Rows& rows) {
+    return {rows.data(), rows.rows(), rows.cols()};
+  }
+  static void report_attention(ForwardObserver<T>& observer, size_t layer, bool with_probs, const AttentionScratch<T>& attn,
+                               ConstMatrixMap<T> x) {
+    const auto l = static_cast<int64_t>(layer);
+    if (with_probs) {
+      const Index rows = x.rows(), heads = attn.probs.rows() / rows, keys = attn.probs.cols();
+      for (Index h = 0; h < heads; ++h) observer.attention(l, h, {attn.probs.data() + h * rows * keys, rows, keys});
+    }
+    observer.residual_after_attention(l, x);
   }
 
   std::optional<TiedEmbedding<T>> untied_lm_head_;  // [vocab, hidden], only when untied

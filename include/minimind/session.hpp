@@ -1,17 +1,51 @@
 #pragma once
-// One sequence's state: its KV cache, its position and its scratch buffers. The model is const and
-// shared; each concurrent sequence owns a Session. A Session is not safe to use from two threads
-// at once, but may move from one thread to another between calls. It works only with models of
-// the shape it was made for (its buffers are sized by it); forward refuses any other.
-#include "minimind/activations.hpp"
+// One sequence's state: its KV cache, its position and the scratch buffers of its forward passes.
+// The model is const and shared; each concurrent sequence owns a Session. A Session is not safe
+// to use from two threads at once, but may move from one thread to another between calls. It
+// works only with models of the shape it was made for (its buffers are sized by it); forward
+// refuses any other.
+#include "minimind/attention.hpp"
 #include "minimind/config.hpp"
 #include "minimind/error.hpp"
+#include "minimind/feed_forward.hpp"
+#include "minimind/kernels/linear.hpp"
+#include "minimind/kv_cache.hpp"
+#include "minimind/tensor.hpp"
 
 #include <array>
 #include <cstdint>
 #include <string>
 
 namespace minimind {
+
+// The buffers of a forward step of up to `rows` positions, one per operation that needs one.
+// Grown when a step is larger than any before, so decoding one token at a time allocates nothing.
+template <class T>
+struct ForwardScratch {
+  MatrixRM<T> x;         // [rows, hidden] the residual stream
+  MatrixRM<T> normed;    // [rows, hidden] the current sub-layer's input after its RMSNorm
+  MatrixRM<T> sublayer;  // [rows, hidden] the current sub-layer's output, before the residual add
+  MatrixRM<T> logits;    // [rows, vocab]
+  AttentionScratch<T> attention;
+  FeedForwardScratch<T> mlp;
+  MoEScratch<T> moe;
+  kernels::Workspace work;  // the thread pool to run on and the kernels' own scratch
+
+  void reserve(const Config& c, Index rows, Index context, int threads) {
+    if (rows > x.rows()) {
+      x.resize(rows, c.hidden_size);
+      normed.resize(rows, c.hidden_size);
+      sublayer.resize(rows, c.hidden_size);
+      logits.resize(rows, c.vocab_size);
+      const Index widest = std::max({c.hidden_size, c.num_attention_heads * c.head_dim, c.intermediate_size,
+                                     c.moe_intermediate_size});
+      work.reserve_q8(1, widest);
+    }
+    attention.reserve(c, rows, context, threads);
+    mlp.reserve(c, rows);
+    moe.reserve(c, rows);
+  }
+};
 
 template <class T>
 class Session {
@@ -22,7 +56,7 @@ class Session {
       throw Error("session context " + std::to_string(context) + " must be in [1, max_position_embeddings " +
                   std::to_string(config.max_position_embeddings) + "]");
     }
-    act_.reserve(config, 1, context);
+    scratch_.reserve(config, 1, context, 1);
   }
 
   Index position() const { return position_; }  // how many positions are cached
@@ -37,10 +71,9 @@ class Session {
     }
     position_ = length;
   }
-  size_t cache_bytes() const { return cache_.bytes(); }
 
   KVCache<T>& cache() { return cache_; }
-  Activations<T>& activations() { return act_; }
+  ForwardScratch<T>& scratch() { return scratch_; }
   void advance(Index n) { position_ += n; }
 
   // Throws unless `config` has the shape this session was made for: a session of a smaller model
@@ -60,7 +93,7 @@ class Session {
   }
 
   KVCache<T> cache_;
-  Activations<T> act_;
+  ForwardScratch<T> scratch_;
   Index position_ = 0;
   Shape shape_;
 };

@@ -20,4 +20,21 @@ int main(int argc, char** argv) {
   });
   auto logits = model.forward(tokenizer.encode("今天天气"));   // [positions, vocab]
   std::printf("\n%zu parameters\n", model.num_parameters());
+
+  // The README's batch example.
+  std::vector<std::vector<int32_t>> prompts = {tokenizer.encode("今天天气"), tokenizer.encode("小明家养了一只")};
+  std::vector<Session<float>> sessions;
+  for (size_t i = 0; i < prompts.size(); ++i) sessions.push_back(model.new_session());
+  std::vector<int32_t> next(prompts.size());
+  Batch<float> batch(model);
+  for (int step = 0; step < 16; ++step) {
+    for (size_t i = 0; i < prompts.size(); ++i)     // the prompt first, then one token per step
+      batch.add(sessions[i], step == 0 ? std::span<const int32_t>(prompts[i]) : std::span<const int32_t>(&next[i], 1));
+    auto logits = batch.step();                    // [sequences, vocab], one row per add, in order
+    for (size_t i = 0; i < prompts.size(); ++i) {  // greedy
+      Eigen::Index best;
+      logits.row(i).maxCoeff(&best);
+      next[i] = static_cast<int32_t>(best);
+    }
+  }
 }

@@ -33,21 +33,17 @@ try {
   await page.$eval("#temperature", (e) => { e.value = "0"; });
   await page.$eval("#max-tokens", (e) => { e.value = "32"; });
   await page.type('[data-testid="prompt"]', "请介绍一下你自己");
+  // Watched from before the click: a short reply can stream in completely within a few ms.
+  await page.evaluate(() => {
+    window.replyLengths = [];
+    new MutationObserver(() => {
+      const reply = document.querySelector('[data-testid="reply"]');
+      if (reply) window.replyLengths.push(reply.textContent.length);
+    }).observe(document.getElementById("conversation"), { childList: true, characterData: true, subtree: true });
+  });
   await page.click('[data-testid="send"]');
-  await page.waitForSelector('[data-testid="reply"]');
-  const lengths = await page.evaluate(() => new Promise((resolve) => {
-    const reply = document.querySelector('[data-testid="reply"]');
-    const seen = [];
-    const observer = new MutationObserver(() => seen.push(reply.textContent.length));
-    observer.observe(reply, { childList: true, characterData: true, subtree: true });
-    const poll = setInterval(() => {
-      if (!document.getElementById("send").disabled) {
-        clearInterval(poll);
-        observer.disconnect();
-        resolve(seen);
-      }
-    }, 20);
-  }));
+  await page.waitForFunction(() => document.querySelector('[data-testid="reply"]') && !document.getElementById("send").disabled);
+  const lengths = (await page.evaluate(() => window.replyLengths)).filter((n) => n > 0);
   const reply = await page.$eval('[data-testid="reply"]', (e) => e.textContent);
   if (!reply.trim()) problems.push("the chat reply is empty");
   if (new Set(lengths).size < 2) problems.push("the reply did not stream (updates seen: " + JSON.stringify(lengths) + ")");

@@ -1,40 +1,62 @@
 // minimind-next: the model's guess for the next token, made visible. Runs the prompt through the
 // network once and prints the K tokens whose embedding rows score highest against the final
-// hidden state (logits = h E^T), with their probabilities.
+// hidden state (logits = h E^T), with their probabilities; --trace shows every step on the way there.
 #include <minimind/minimind.hpp>
+#include <minimind/trace.hpp>
 
 #include "cli.hpp"
 
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <vector>
 
 namespace {
 
-struct Candidate {
-  int32_t id;
-  float logit;
-  double probability;
-};
+// A token's text for a terminal: quoted as JSON so spaces, newlines and half characters stay visible.
+std::string quoted(const std::string& piece) {
+  return nlohmann::json(piece).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
-std::vector<Candidate> top_candidates(const minimind::RowVector<float>& logits, int64_t k) {
-  const double max_logit = logits.maxCoeff();
-  double total = 0;
-  for (Eigen::Index j = 0; j < logits.size(); ++j) total += std::exp(static_cast<double>(logits[j]) - max_logit);
-  std::vector<int32_t> order(static_cast<size_t>(logits.size()));
-  std::iota(order.begin(), order.end(), 0);
-  k = std::min<int64_t>(k, logits.size());
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  std::vector<Candidate> out;
-  for (int64_t i = 0; i < k; ++i) {
-    const int32_t id = order[static_cast<size_t>(i)];
-    out.push_back({id, logits[id], std::exp(static_cast<double>(logits[id]) - max_logit) / total});
+// The tutorial's path through one prediction, one step after another.
+void print_trace(const minimind::Trace& t, bool tied) {
+  const bool pieces = !t.pieces.empty();
+  std::printf("1. the prompt: %zu token ids%s\n", t.ids.size(), pieces ? " and their pieces" : "");
+  for (size_t i = 0; i < t.ids.size(); ++i) {
+    std::printf("   %3zu  %6d  %s\n", i, t.ids[i], pieces ? quoted(t.pieces[i]).c_str() : "");
   }
-  return out;
+  std::printf("\n2. the last token's embedding row E[%d] (hidden size %lld): ", t.ids.back(), static_cast<long long>(t.hidden_size));
+  for (double v : t.embedding_first) std::printf("%.4f ", v);
+  std::printf("...  L2 norm %.4f\n", t.embedding_norm);
+  std::printf("\n3. the blocks: the residual stream after each block at the last position; the entropy (nats)\n"
+              "   of each attention head's weights over the positions; the logit lens: that residual put\n"
+              "   through the final RMSNorm and lm_head, as if the network stopped there\n");
+  std::printf("   %5s  %13s  %-40s  %s\n", "block", "residual norm", "attention entropy per head", "lens top token (probability)");
+  for (size_t l = 0; l < t.layers.size(); ++l) {
+    const auto& layer = t.layers[l];
+    std::string entropies;
+    char buffer[32];
+    for (double e : layer.attention_entropy) {
+      std::snprintf(buffer, sizeof buffer, "%.2f ", e);
+      entropies += buffer;
+    }
+    const auto& lens = layer.lens.back();
+    std::printf("   %5zu  %13.4f  %-40s  %d %s (%.4f)", l, layer.residual_norm, entropies.c_str(), lens.id,
+                pieces ? quoted(lens.piece).c_str() : "", lens.probability);
+    if (!layer.experts.empty()) {
+      std::printf("  experts");
+      for (size_t e = 0; e < layer.experts.size(); ++e) std::printf(" %d (%.3f)", layer.experts[e], layer.expert_weights[e]);
+    }
+    std::printf("\n");
+  }
+  std::printf("\n4. the final RMSNorm: h, the last position's normed hidden state, has L2 norm %.4f\n", t.final_norm);
+  std::printf("\n5. the logits: h . E[id] for every id, where E is the %s; softmax gives the probabilities\n",
+              tied ? "embedding matrix (the same one step 2 took a row of)" : "lm_head matrix (this checkpoint does not tie it to the embedding)");
+  std::printf("   %-6s %-8s %10s %12s  %s\n", "rank", "id", "h . E[id]", "probability", pieces ? "token" : "");
+  for (size_t i = 0; i < t.top.size(); ++i) {
+    std::printf("   %-6zu %-8d %10.4f %12.6f  %s\n", i + 1, t.top[i].id, t.top[i].logit, t.top[i].probability,
+                pieces ? quoted(t.top[i].piece).c_str() : "");
+  }
 }
 
 int run(int argc, char** argv) {
@@ -45,6 +67,8 @@ int run(int argc, char** argv) {
       .value("--top", "how many candidates to print (default 5)")
       .value("--logits-out", "write the last position's logits as raw little-endian float32")
       .toggle("--json", "print one JSON object instead of a table")
+      .toggle("--trace", "show the steps of the prediction: embedding, each block (residual norm, attention entropy, logit lens), final norm, logits")
+      .toggle("--attention", "with --trace --json: add the attention maps [layer][head][position][position]")
       .toggle("--info", "print the model's architecture, dimensions and parameter count");
   if (!args.parse(argc, argv)) return 0;
 
@@ -85,6 +109,21 @@ int run(int argc, char** argv) {
                           std::to_string(config.max_position_embeddings));
   }
 
+  const auto* tokenizer = checkpoint.tokenizer ? &*checkpoint.tokenizer : nullptr;
+  if (args.has("--attention") && !(args.has("--trace") && args.has("--json"))) {
+    throw cli::UsageError("--attention needs --trace --json");
+  }
+  if (args.has("--trace")) {
+    if (args.has("--logits-out")) throw cli::UsageError("--logits-out cannot be combined with --trace");
+    minimind::TraceOptions options;
+    options.top = top;
+    options.attention = args.has("--attention");
+    const auto t = minimind::trace(model, ids, tokenizer, options);
+    if (args.has("--json")) std::printf("%s\n", t.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    else print_trace(t, model.is_tied());
+    return 0;
+  }
+
   auto session = model.new_session(static_cast<minimind::Index>(ids.size()));
   const minimind::RowVector<float> logits = model.forward(session, ids, false).row(0);
 
@@ -95,8 +134,7 @@ int run(int argc, char** argv) {
     if (!out) throw minimind::Error(*path + ": write failed");
   }
 
-  const auto candidates = top_candidates(logits, top);
-  const auto* tokenizer = checkpoint.tokenizer ? &*checkpoint.tokenizer : nullptr;
+  const auto candidates = minimind::top_tokens(logits, top);
   if (args.has("--json")) {
     nlohmann::json j;
     j["model"] = checkpoint.dir.string();
@@ -114,10 +152,7 @@ int run(int argc, char** argv) {
   }
   std::printf("%-6s %-8s %10s %12s  %s\n", "rank", "id", "logit", "probability", tokenizer ? "token" : "");
   for (size_t i = 0; i < candidates.size(); ++i) {
-    // Quoted as JSON so spaces, newlines and half characters stay visible.
-    const std::string text = tokenizer ? nlohmann::json(tokenizer->token_to_piece(candidates[i].id))
-                                             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                                       : "";
+    const std::string text = tokenizer ? quoted(tokenizer->token_to_piece(candidates[i].id)) : "";
     std::printf("%-6zu %-8d %10.4f %12.6f  %s\n", i + 1, candidates[i].id, candidates[i].logit, candidates[i].probability, text.c_str());
   }
   return 0;

@@ -6,6 +6,9 @@
 // closed connection at its next token and frees the slot. SIGINT/SIGTERM: stop accepting, answer
 // waiting requests with 503, cut running generations short at their next token, exit 0.
 #include "cli.hpp"
+#include "web_page.hpp"
+
+#include <minimind/trace.hpp>
 
 #include <httplib.h>
 
@@ -468,6 +471,8 @@ class Server {
     });
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(Kind::Chat, req, res); });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(Kind::Completion, req, res); });
+    http.Post("/v1/inspect", [this](const httplib::Request& req, httplib::Response& res) { inspect(req, res); });
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(web::index_html, "text/html; charset=utf-8"); });
   }
 
   Slots& slots() { return slots_; }
@@ -545,6 +550,37 @@ class Server {
       send_error(res, ApiError(500, e.what(), "server_error"));
     }
   }
+
+  // The page's Inspect tab: one forward pass over the raw prompt (no chat template), traced; the
+  // same JSON as `minimind-next --trace --json`. It runs on its own session, outside the slots.
+  void inspect(const httplib::Request& req, httplib::Response& res) {
+    try {
+      const Json body = parse_body(req);
+      const auto prompt = field<std::string>(body, "prompt");
+      if (!prompt) throw bad_param("prompt", "prompt is required (a string, taken as raw text)");
+      const auto ids = tokenizer_.encode(*prompt);
+      if (ids.empty()) throw bad_param("prompt", "the prompt encodes to no tokens");
+      const auto& config = checkpoint_.model.config();
+      minimind::TraceOptions options;
+      options.top = field<int64_t>(body, "top").value_or(10);
+      if (options.top < 1 || options.top > config.vocab_size) {
+        throw bad_param("top", "top must be in [1, " + std::to_string(config.vocab_size) + "]");
+      }
+      options.attention = field<bool>(body, "attention").value_or(false);
+      // Maps grow as layers x heads x positions^2 numbers of JSON.
+      const size_t limit = options.attention ? kMaxAttentionTokens : static_cast<size_t>(context_);
+      if (ids.size() > limit) {
+        throw bad_param("prompt", "the prompt has " + std::to_string(ids.size()) + " tokens, more than the " + std::to_string(limit) +
+                                      (options.attention ? " an inspection with attention maps takes" : " of the context"));
+      }
+      send_json(res, 200, minimind::trace(checkpoint_.model, ids, &tokenizer_, options).to_json());
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, e.what(), "server_error"));
+    }
+  }
+  static constexpr size_t kMaxAttentionTokens = 256;
 
   // Server-sent events: one `data: {chunk}` per piece of text, then a chunk with finish_reason
   // and usage, then `data: [DONE]`. Headers are already sent when generation starts, so a failure

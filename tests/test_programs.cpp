@@ -154,3 +154,31 @@ TEST_CASE("bad flags and values are one-line errors") {
   check_error(run_command(program("minimind-next") + " --prompt hi --threads 0"), "minimind-next", "--threads must be in [1, 1024]");
   check_error(run_command(gen + " --prompt hi --threads many"), "minimind-generate", "is not an integer");
 }
+
+TEST_CASE("minimind-next --trace --json: 很 first after 今天天气 with the probability --json prints, one entry per block") {
+  const auto plain = run_command(program("minimind-next") + " --json --prompt 今天天气");
+  const auto traced = run_command(program("minimind-next") + " --trace --json --prompt 今天天气");
+  REQUIRE(plain.exit_code == 0);
+  REQUIRE(traced.exit_code == 0);
+  const auto expected = nlohmann::json::parse(plain.out);
+  const auto json = nlohmann::json::parse(traced.out);
+  const auto config = io::read_json_file(std::filesystem::path(demo) / "config.json");
+  CHECK(json.at("top")[0].at("piece") == "很");
+  CHECK(json["top"][0].at("id") == expected.at("top")[0].at("id"));
+  CHECK(json["top"][0].at("probability").get<double>() == expected["top"][0].at("probability").get<double>());
+  CHECK(json.at("layers").size() == config.at("num_hidden_layers").get<size_t>());
+  CHECK(json["layers"].back().at("lens_top1") == json["top"][0]["id"]);
+  CHECK_FALSE(json["layers"][0].contains("attention"));
+  CHECK(json.at("embedding").at("norm").get<double>() > 0);
+
+  const auto text = run_command(program("minimind-next") + " --trace --prompt 今天天气");
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("E is the embedding matrix") != std::string::npos);
+  CHECK(text.out.find("\"很\"") != std::string::npos);
+
+  const auto maps = run_command(program("minimind-next") + " --trace --json --attention --prompt 今天天气");
+  REQUIRE(maps.exit_code == 0);
+  const auto with_maps = nlohmann::json::parse(maps.out);
+  CHECK(with_maps["layers"][0].at("attention").size() == config.at("num_attention_heads").get<size_t>());
+  check_error(run_command(program("minimind-next") + " --attention --prompt 今天天气"), "minimind-next", "--attention needs --trace --json");
+}

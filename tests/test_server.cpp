@@ -3,6 +3,7 @@
 // that is well formed but wrong fails too.
 #include <doctest/doctest.h>
 #include <minimind/minimind.hpp>
+#include <minimind/trace.hpp>
 
 #include "checkpoint_writer.hpp"
 #include "test_support.hpp"
@@ -684,5 +685,41 @@ TEST_CASE("minimind-server: a chat template the library cannot render leaves /v1
   check_error_body(chat, "server_error", nullptr);
   CHECK(chat["error"]["message"].get<std::string>().find("chat template") != std::string::npos);
   CHECK(post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 2}})["usage"]["completion_tokens"].get<int>() <= 2);
+  CHECK(server.stop(SIGTERM) == 0);
+}
+
+TEST_CASE("minimind-server: / serves the page; POST /v1/inspect returns the library's trace of the raw prompt") {
+  ServerProcess server("inspect", {"--slots", "1", "--threads", "1"});
+  auto client = server.client();
+  auto page = client.Get("/");
+  REQUIRE(page);
+  CHECK(page->status == 200);
+  CHECK(page->get_header_value("Content-Type").rfind("text/html", 0) == 0);
+  for (const char* hook : {"data-testid=\"prompt\"", "data-testid=\"send\"", "data-testid=\"inspect\"", "data-testid=\"topk\"", "/v1/inspect"}) {
+    CHECK(page->body.find(hook) != std::string::npos);
+  }
+  // Offline: nothing on the page names another host.
+  CHECK(page->body.find("http://") == std::string::npos);
+  CHECK(page->body.find("https://") == std::string::npos);
+
+  const Json got = post_json(server, "/v1/inspect", {{"prompt", "今天天气"}, {"top", 3}, {"attention", true}});
+  const auto ids = local().tokenizer.encode("今天天气");
+  TraceOptions options;
+  options.top = 3;
+  options.attention = true;
+  const Json expected = trace(local().model, ids, &local().tokenizer, options).to_json();
+  CHECK(got == expected);
+  CHECK(got.at("top")[0].at("piece") == "很");
+  CHECK(got.at("layers")[0].at("attention").size() == static_cast<size_t>(local().model.config().num_attention_heads));
+
+  check_error_body(post_raw(server, "/v1/inspect", "{\"prompt\": ", 400), "invalid_request_error", nullptr);
+  check_error_body(post_json(server, "/v1/inspect", Json::object(), 400), "invalid_request_error", "prompt");
+  check_error_body(post_json(server, "/v1/inspect", {{"prompt", 5}}, 400), "invalid_request_error", "prompt");
+  check_error_body(post_json(server, "/v1/inspect", {{"prompt", ""}}, 400), "invalid_request_error", "prompt");
+  check_error_body(post_json(server, "/v1/inspect", {{"prompt", "x"}, {"top", 0}}, 400), "invalid_request_error", "top");
+  check_error_body(post_json(server, "/v1/inspect", {{"prompt", "x"}, {"attention", "yes"}}, 400), "invalid_request_error", "attention");
+  std::string long_prompt;
+  for (int i = 0; i < 300; ++i) long_prompt += "天气 ";
+  check_error_body(post_json(server, "/v1/inspect", {{"prompt", long_prompt}, {"attention", true}}, 400), "invalid_request_error", "prompt");
   CHECK(server.stop(SIGTERM) == 0);
 }

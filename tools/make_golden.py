@@ -713,6 +713,38 @@ def check_case(d, tol=1e-5):
     return ok, worst
 
 
+def hidden_states(m, ids):
+    """The residual stream after each block at every position, [layers, T, hidden]: what
+    Trace's per-layer norms and logit lens are computed from."""
+    with torch.no_grad():
+        x = m.model.embed_tokens(torch.tensor(ids, dtype=torch.long))
+        cos, sin = m.rotary(0, len(ids))
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        out = []
+        for layer in m.model.layers:
+            x, _ = layer(x, cos, sin, None)
+            out.append(x)
+        return torch.stack(out)
+
+
+def dump_hidden_states(d):
+    """Writes hidden_<k>.f32 (raw little-endian float32 [layers, len, hidden]) beside each
+    logits_<k>.f32 of a case directory, checking that the reference's logits still match."""
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = Cfg(json.load(f))
+    with open(os.path.join(d, "expected.json")) as f:
+        exp = json.load(f)
+    m = load_model(cfg, read_safetensors(os.path.join(d, "model.safetensors"))[0])
+    for p in exp["prompts"]:
+        if not p["logits_file"]:
+            continue
+        ref = np.fromfile(os.path.join(d, p["logits_file"]), dtype="<f4").reshape(p["logits_shape"])
+        assert np.abs(full_logits(m, p["ids"]).numpy() - ref).max() <= 1e-5, f"{d}: logits differ from the reference"
+        name = p["logits_file"].replace("logits_", "hidden_")
+        hidden_states(m, p["ids"]).numpy().astype("<f4").tofile(os.path.join(d, name))
+        print(f"{os.path.join(d, name)}: [{cfg.layers}, {len(p['ids'])}, {cfg.hidden}]")
+
+
 # ---------------------------------------------------------------------------------------------
 # the float64 oracle: every case above and every shared case, all in float64 (RoPE too)
 # ---------------------------------------------------------------------------------------------
@@ -787,10 +819,17 @@ def main():
                     help="write the float64 oracle of every case (ours from --out, and --shared's) instead")
     ap.add_argument("--shared", default=os.path.join(here, "..", "..", "shared", "golden"),
                     help="the shared golden directory (default ../shared/golden beside the checkout)")
+    ap.add_argument("--hidden-states", nargs="+", metavar="DIR",
+                    help="write each case directory's per-block hidden states (hidden_<k>.f32) instead")
     args = ap.parse_args()
 
     if args.f64:
         write_f64(os.path.normpath(args.f64), os.path.normpath(args.out), os.path.normpath(args.shared))
+        return
+
+    if args.hidden_states:
+        for d in args.hidden_states:
+            dump_hidden_states(d)
         return
 
     if args.check_shared:

@@ -1,0 +1,75 @@
+// Drives minimind-server's page in headless Chromium: a chat reply streams into `reply`; inspecting
+// 今天天气 shows 很 first with the probability minimind-next printed; no page error and no request
+// to any host but the server. Usage: node page.mjs SERVER_URL EXPECTED_PROBABILITY SCREENSHOT
+import puppeteer from "puppeteer-core";
+
+const [url, expectedProbability, screenshot] = process.argv.slice(2);
+if (!url || !expectedProbability || !screenshot) throw new Error("usage: node page.mjs SERVER_URL EXPECTED_PROBABILITY SCREENSHOT");
+const origin = new URL(url).origin;
+const problems = [];
+
+const browser = await puppeteer.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  // CI runs as root in a container, where Chromium's sandbox cannot start.
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+});
+try {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1366, height: 900 });
+  page.on("pageerror", (e) => problems.push("page error: " + e.message));
+  page.on("console", (m) => { if (m.type() === "error") problems.push("console error: " + m.text()); });
+  await page.setRequestInterception(true);
+  page.on("request", (request) => {
+    const target = request.url();
+    if (target.startsWith("data:") || new URL(target).origin === origin) return request.continue();
+    problems.push("request outside the server: " + target);
+    request.abort();
+  });
+  await page.goto(url + "/", { waitUntil: "load" });
+
+  // Chat: the reply streams in (the text grows over more than one update) and the stream ends.
+  // Greedy, so the reply is the same every run and long enough to arrive in several pieces.
+  await page.$eval("#temperature", (e) => { e.value = "0"; });
+  await page.$eval("#max-tokens", (e) => { e.value = "32"; });
+  await page.type('[data-testid="prompt"]', "请介绍一下你自己");
+  // Watched from before the click: a short reply can stream in completely within a few ms.
+  await page.evaluate(() => {
+    window.replyLengths = [];
+    new MutationObserver(() => {
+      const reply = document.querySelector('[data-testid="reply"]');
+      if (reply) window.replyLengths.push(reply.textContent.length);
+    }).observe(document.getElementById("conversation"), { childList: true, characterData: true, subtree: true });
+  });
+  await page.click('[data-testid="send"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="reply"]') && !document.getElementById("send").disabled);
+  const lengths = (await page.evaluate(() => window.replyLengths)).filter((n) => n > 0);
+  const reply = await page.$eval('[data-testid="reply"]', (e) => e.textContent);
+  if (!reply.trim()) problems.push("the chat reply is empty");
+  if (new Set(lengths).size < 2) problems.push("the reply did not stream (updates seen: " + JSON.stringify(lengths) + ")");
+  console.log("page.mjs: reply streamed in " + lengths.length + " updates: " + JSON.stringify(reply.slice(0, 60)));
+
+  // Inspect: the raw text's next-token top-k.
+  await page.$eval('[data-testid="prompt"]', (e) => { e.value = ""; });
+  await page.type('[data-testid="prompt"]', "今天天气");
+  await page.click('[data-testid="inspect"]');
+  await page.waitForSelector('[data-testid="topk"] li');
+  const first = await page.$eval('[data-testid="topk"] li', (e) => e.textContent);
+  const shown = Number(expectedProbability).toFixed(4);
+  if (!first.includes("很") || !first.includes(shown)) {
+    problems.push(`the first top-k row is ${JSON.stringify(first)}, expected 很 with ${shown}`);
+  }
+  console.log("page.mjs: first top-k row " + JSON.stringify(first.replace(/\s+/g, " ")) + ", minimind-next says " + shown);
+  const lensRows = await page.$$eval("#lens tr", (rows) => rows.length);
+  if (lensRows < 2) problems.push("the logit lens table is empty");
+  await page.select("#layer", "1");
+  await page.select("#head", "1");
+  await page.screenshot({ path: screenshot, fullPage: true });
+} finally {
+  await browser.close();
+}
+if (problems.length) {
+  for (const p of problems) console.error("page.mjs: " + p);
+  process.exit(1);
+}
+console.log("page.mjs: ok");

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Starts minimind-server (demo model) on a free loopback port and drives its web page in headless
+# Chromium (page.mjs); the expected probability of 很 after 今天天气 comes from minimind-next --json.
+# Usage: tests/web/run.sh BUILD_DIR   (BUILD_DIR holds bin/minimind-server and bin/minimind-next;
+# the screenshot goes to BUILD_DIR/web-screenshot.png)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd)"
+source "$here/../start_server.sh"
+
+if [ ! -d "$here/node_modules/puppeteer-core" ]; then
+  (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+probability="$("$build/bin/minimind-next" --json --prompt 今天天气 |
+  node -e 'const j = JSON.parse(require("fs").readFileSync(0, "utf8")); if (j.top[0].text !== "很") process.exit(1); console.log(j.top[0].probability)')"
+
+start_server "$build" --slots 2
+page_status=0
+node "$here/page.mjs" "$server_url" "$probability" "$build/web-screenshot.png" || page_status=$?
+server_status=0
+stop_server || server_status=$?
+if [ "$page_status" -ne 0 ] || [ "$server_status" -ne 0 ]; then
+  echo "run.sh: page test exit $page_status, server exit $server_status after SIGTERM (both must be 0)" >&2
+  echo "--- server stderr:" >&2
+  cat "$server_work/stderr" >&2
+  exit 1
+fi
+echo "run.sh: web page in headless Chromium: ok"

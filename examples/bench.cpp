@@ -159,6 +159,7 @@ int run(int argc, char** argv) {
           nlohmann::json row = {{"shape", shape},
                                 {"dtype", minimind::format_name(format)},
                                 {"threads", threads},
+                                {"kernels", minimind::kernels::name()},
                                 {"test", name},
                                 {"tokens_per_s_min", s.min},
                                 {"tokens_per_s_median", s.median},

@@ -96,6 +96,7 @@ int run(int argc, char** argv) {
     std::printf("embeddings          %s\n", model.is_tied() ? "tied (one matrix for embed_tokens and lm_head)" : "untied");
     std::printf("parameters          %zu\n", model.num_parameters());
     std::printf("weight bytes        %zu\n", model.weight_bytes());
+    std::printf("kernels: %s\n", minimind::kernels::name());
     if (!args.has("--ids") && !args.has("--prompt")) return 0;
   }
 

@@ -3,10 +3,13 @@
 #include <doctest/doctest.h>
 #include <minimind/minimind.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
+#include <string_view>
 #include <vector>
 
 using namespace minimind;
@@ -377,6 +380,92 @@ TEST_CASE("gemm(): every format against the plain product, rows not a multiple o
           kernels::gemm(x.data(), x.outerStride(), n, w, y.data(), y.outerStride(), scratch, &pool);
           CHECK(max_abs(y.leftCols(rows), expected) <= 3e-5);
           CHECK((y.rightCols(2).array() == 99.0f).all());
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// The decode kernels of one target, as the format files provide them.
+struct DecodeTarget {
+  std::string_view name;
+  void (*f32)(const float*, Index, const float*, float*, Index, Index);
+  void (*bf16)(const uint16_t*, Index, const float*, float*, Index, Index);
+  void (*q8)(const kernels::q8::View&, const int16_t*, const float*, float*, Index, Index);
+};
+
+// Every target this build compiled (this CPU runs them all, as it runs the build's best).
+std::vector<DecodeTarget> compiled_decode_targets() {
+  namespace k = kernels;
+  std::vector<DecodeTarget> targets;
+#if MINIMIND_AVX512
+  // q8 has no 512-bit kernel (slower than the 256-bit one): AVX-512 builds run AVX2's.
+  targets.push_back({"avx512", k::f32::matvec_rows<k::f32::avx512::dot>, k::bf16::matvec_rows<k::bf16::avx512::dot>,
+                     k::q8::matvec_groups<k::q8::avx2::group>});
+#endif
+#if MINIMIND_AVX2
+  targets.push_back({"avx2", k::f32::matvec_rows<k::f32::avx2::dot>, k::bf16::matvec_rows<k::bf16::avx2::dot>,
+                     k::q8::matvec_groups<k::q8::avx2::group>});
+#endif
+  targets.push_back({"scalar", k::f32::matvec_rows<k::f32::scalar::dot>, k::bf16::matvec_rows<k::bf16::scalar::dot>,
+                     k::q8::matvec_groups<k::q8::scalar::group>});
+  return targets;
+}
+
+}  // namespace
+
+TEST_CASE("decode kernels of every compiled target match the references on awkward shapes and row ranges") {
+  const auto targets = compiled_decode_targets();
+  std::string ran, not_run;
+  for (const auto& t : kernels::kTargets) {
+    std::string& list = t.compiled ? ran : not_run;
+    list += (list.empty() ? "" : ", ") + std::string(t.name);
+  }
+  MESSAGE("decode kernels ran for: " << ran << "; not in this build (or CPU): " << (not_run.empty() ? "none" : not_run));
+  CHECK(targets.size() == static_cast<size_t>(std::count_if(kernels::kTargets.begin(), kernels::kTargets.end(),
+                                                           [](const kernels::Target& t) { return t.compiled; })));
+  CHECK(targets.front().name == kernels::name());
+
+  for (const auto& target : targets) {
+    CAPTURE(target.name);
+    for (Index cols : {1, 15, 17, 33, 63, 65, 100, 129, 777}) {
+      for (Index rows : {1, 3, 5, 9, 13}) {
+        CAPTURE(rows);
+        CAPTURE(cols);
+        const MatrixRM<float> m = random_matrix(rows, cols, static_cast<uint32_t>(rows * 7919 + cols), 0.05f);
+        const MatrixRM<float> x = random_matrix(1, cols, static_cast<uint32_t>(cols + 3));
+        const Weight<float> b = Weight<float>::owned(m).to_format(WeightFormat::BF16);
+        const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
+        const Index blocks = kernels::q8::blocks_for(cols);
+        std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
+        std::vector<float> xd(static_cast<size_t>(blocks));
+        kernels::q8::quantize_activations(x.data(), cols, xq.data(), xd.data());
+
+        // Whole matrix, then ranges that start and end inside groups of four rows.
+        for (const auto& [begin, end] : {std::pair<Index, Index>{0, rows}, {1, rows}, {rows / 2, rows - 1}, {2, rows}}) {
+          if (begin >= end) continue;
+          CAPTURE(begin);
+          CAPTURE(end);
+          std::vector<float> ref(static_cast<size_t>(rows), -7.0f), got(static_cast<size_t>(rows), -7.0f);
+          auto check = [&](const char* format) {
+            CAPTURE(format);
+            for (Index r = 0; r < rows; ++r) {
+              if (r < begin || r >= end) CHECK(got[static_cast<size_t>(r)] == -7.0f);
+              else CHECK(got[static_cast<size_t>(r)] == doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-5).scale(1));
+            }
+            std::fill(got.begin(), got.end(), -7.0f);
+          };
+          kernels::f32::matvec_reference(m.data(), cols, x.data(), ref.data(), begin, end);
+          target.f32(m.data(), cols, x.data(), got.data(), begin, end);
+          check("f32");
+          kernels::bf16::matvec_reference(b.bf16_data(), cols, x.data(), ref.data(), begin, end);
+          target.bf16(b.bf16_data(), cols, x.data(), got.data(), begin, end);
+          check("bf16");
+          kernels::q8::matvec_reference(q.q8_view(), xq.data(), xd.data(), ref.data(), begin, end);
+          target.q8(q.q8_view(), xq.data(), xd.data(), got.data(), begin, end);
+          check("q8");
         }
       }
     }

@@ -67,6 +67,15 @@ TEST_CASE("minimind-next --info reports the shape and the parameter count, tied 
   CHECK(r.out.find("Qwen3ForCausalLM") != std::string::npos);
   CHECK(r.out.find(std::to_string(model.num_parameters())) != std::string::npos);
   CHECK(r.out.find("tied") != std::string::npos);
+  CHECK(r.out.find(std::string("\nkernels: ") + kernels::name() + "\n") != std::string::npos);
+}
+
+TEST_CASE("minimind-bench --json rows name the kernels this build runs") {
+  const auto r = run_command(program("minimind-bench") + " --model " + demo + " -p 0 -n 2 -r 1 -t 1 --json");
+  REQUIRE(r.exit_code == 0);
+  const auto row = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  CHECK(row.at("kernels") == kernels::name());
+  CHECK(row.at("test") == "tg2");
 }
 
 TEST_CASE("minimind-generate --print-ids gives the reference greedy ids") {

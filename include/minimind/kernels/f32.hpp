@@ -16,10 +16,26 @@ inline void matvec_reference(const float* w, Index cols, const float* x, float* 
   }
 }
 
+// y[r] = Dot(W[r, :], x) for r in [begin, end), one row after another: the weights are then one
+// sequential stream, which the hardware prefetcher follows best (from DRAM: 14 GB/s, against 12
+// for four rows read side by side); x stays in L1.
+template <float (*Dot)(const float*, const float*, Index)>
+inline void matvec_rows(const float* w, Index cols, const float* x, float* y, Index begin, Index end) {
+  for (Index r = begin; r < end; ++r) y[r] = Dot(w + r * cols, x, cols);
+}
+
+namespace scalar {
+inline float dot(const float* w, const float* x, Index cols) {
+  float sum = 0;
+  for (Index c = 0; c < cols; ++c) sum += w[c] * x[c];
+  return sum;
+}
+}  // namespace scalar
+
+#if MINIMIND_AVX2
+namespace avx2 {
 inline float dot(const float* w, const float* x, Index cols) {
   Index c = 0;
-  float sum = 0;
-#if MINIMIND_AVX2
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (; c + 32 <= cols; c += 32) {
     a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c), _mm256_loadu_ps(x + c), a0);
@@ -28,23 +44,69 @@ inline float dot(const float* w, const float* x, Index cols) {
     a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 24), _mm256_loadu_ps(x + c + 24), a3);
   }
   for (; c + 8 <= cols; c += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c), _mm256_loadu_ps(x + c), a0);
-  sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-#elif MINIMIND_NEON
-  c = cols / 4 * 4;
-  sum = neon::f32_dot(w, x, c);
-#elif MINIMIND_WASM_SIMD
-  c = cols / 4 * 4;
-  sum = wasm::f32_dot(w, x, c);
-#endif
+  float sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   for (; c < cols; ++c) sum += w[c] * x[c];
   return sum;
 }
+}  // namespace avx2
+#endif
 
-// y[r] = W[r, :] . x for r in [begin, end), one row after another: the weights are then one
-// sequential stream, which the hardware prefetcher follows best (from DRAM: 14 GB/s, against 12
-// for four rows read side by side); x stays in L1.
+#if MINIMIND_AVX512
+namespace avx512 {
+inline float dot(const float* w, const float* x, Index cols) {
+  Index c = 0;
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (; c + 64 <= cols; c += 64) {
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c), _mm512_loadu_ps(x + c), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c + 16), _mm512_loadu_ps(x + c + 16), a1);
+    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c + 32), _mm512_loadu_ps(x + c + 32), a2);
+    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c + 48), _mm512_loadu_ps(x + c + 48), a3);
+  }
+  for (; c + 16 <= cols; c += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c), _mm512_loadu_ps(x + c), a0);
+  if (c < cols) {  // the last 1-15: masked lanes load nothing (and never fault)
+    const __mmask16 m = static_cast<__mmask16>((1u << (cols - c)) - 1);
+    a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + c), _mm512_maskz_loadu_ps(m, x + c), a1);
+  }
+  return hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+}  // namespace avx512
+#endif
+
+#if MINIMIND_NEON
+namespace neon {
+inline float dot(const float* w, const float* x, Index cols) {
+  Index c = cols / 4 * 4;
+  float sum = kernels::neon::f32_dot(w, x, c);
+  for (; c < cols; ++c) sum += w[c] * x[c];
+  return sum;
+}
+}  // namespace neon
+#endif
+
+#if MINIMIND_WASM_SIMD
+namespace wasm {
+inline float dot(const float* w, const float* x, Index cols) {
+  Index c = cols / 4 * 4;
+  float sum = kernels::wasm::f32_dot(w, x, c);
+  for (; c < cols; ++c) sum += w[c] * x[c];
+  return sum;
+}
+}  // namespace wasm
+#endif
+
+// The best target this build has (kernels::name()).
 inline void matvec(const float* w, Index cols, const float* x, float* y, Index begin, Index end) {
-  for (Index r = begin; r < end; ++r) y[r] = dot(w + r * cols, x, cols);
+#if MINIMIND_AVX512
+  matvec_rows<avx512::dot>(w, cols, x, y, begin, end);
+#elif MINIMIND_AVX2
+  matvec_rows<avx2::dot>(w, cols, x, y, begin, end);
+#elif MINIMIND_NEON
+  matvec_rows<neon::dot>(w, cols, x, y, begin, end);
+#elif MINIMIND_WASM_SIMD
+  matvec_rows<wasm::dot>(w, cols, x, y, begin, end);
+#else
+  matvec_rows<scalar::dot>(w, cols, x, y, begin, end);
+#endif
 }
 
 }  // namespace minimind::kernels::f32

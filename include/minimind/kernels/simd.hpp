@@ -1,7 +1,14 @@
 #pragma once
-// What the fast kernels may assume about the CPU. With AVX2, FMA and F16C (compile with
-// -march=native or -mavx2 -mfma -mf16c) they use 256-bit intrinsics; without, they fall back to
-// plain loops that give the same results up to summation order.
+// What the fast kernels may assume about the CPU, decided at compile time from the compiler's
+// target flags (-march=native, or -mavx2 -mfma -mf16c, ...):
+//   MINIMIND_AVX512  AVX-512 F/BW/VL (with AVX2, FMA, F16C): 512-bit decode kernels for f32 and
+//                    bf16 (q8 keeps the AVX2 one).
+//   MINIMIND_AVX2    AVX2, FMA and F16C: 256-bit kernels (also compiled, and tested, beside the
+//                    AVX-512 ones).
+//   MINIMIND_NEON    aarch64: 128-bit decode kernels (kernels/neon.hpp).
+//   MINIMIND_WASM_SIMD  WebAssembly SIMD128 (-msimd128): 128-bit decode kernels (kernels/wasm_simd128.hpp).
+// Without either, the kernels fall back to plain loops that give the same results up to
+// summation order. Each format's matvec calls the best target compiled; kernels::name() says which.
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define MINIMIND_AVX2 1
 #include <immintrin.h>
@@ -22,7 +29,46 @@
 #define MINIMIND_WASM_SIMD 0
 #endif
 
+#if MINIMIND_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define MINIMIND_AVX512 1
+#else
+#define MINIMIND_AVX512 0
+#endif
+
+#include <array>
+#include <string_view>
+
 namespace minimind::kernels {
+
+// The instruction set the decode kernels of this build run on: "avx512", "avx2", "neon",
+// "wasm_simd128" or "scalar".
+inline const char* name() {
+#if MINIMIND_AVX512
+  return "avx512";
+#elif MINIMIND_AVX2
+  return "avx2";
+#elif MINIMIND_NEON
+  return "neon";
+#elif MINIMIND_WASM_SIMD
+  return "wasm_simd128";
+#else
+  return "scalar";
+#endif
+}
+
+// Every target the kernels know, and whether this build compiled it (tests run each compiled one
+// against the references; the CPU must then run them all, as it runs the build's best).
+struct Target {
+  std::string_view name;
+  bool compiled;
+};
+inline constexpr std::array<Target, 5> kTargets{{
+    {"avx512", MINIMIND_AVX512 != 0},
+    {"avx2", MINIMIND_AVX2 != 0},
+    {"neon", MINIMIND_NEON != 0},
+    {"wasm_simd128", MINIMIND_WASM_SIMD != 0},
+    {"scalar", true},
+}};
 
 #if MINIMIND_AVX2
 // Sum of the 8 lanes.
@@ -45,6 +91,21 @@ inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0123 b0123 c0123 d0123 | a4567 ...
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
+#endif
+
+#if MINIMIND_AVX512
+// The two 256-bit halves of v added. Both through the zero-masked extract: GCC 12 reports the
+// plain one (and the cast to 256 bits and _mm512_reduce_add_ps, built on it) as reading an
+// uninitialized value.
+inline __m256 fold(__m512 v) {
+  const __m512d d = _mm512_castps_pd(v);
+  return _mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, d, 0)),
+                       _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, d, 1)));
+}
+// Sum of the 16 lanes.
+inline float hsum(__m512 v) { return hsum(fold(v)); }
+// The four lane sums of a, b, c, d (16 lanes each) as [sum a, sum b, sum c, sum d].
+inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) { return hsum4(fold(a), fold(b), fold(c), fold(d)); }
 #endif
 
 }  // namespace minimind::kernels

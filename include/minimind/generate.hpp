@@ -105,7 +105,8 @@ struct GenerationResult {
 // session; a scheduler that advances many sequences in one Batch runs one per sequence.
 class SequenceSampler {
  public:
-  // `room`: positions the session has left after the prompt; sizes the buffers up front.
+  // `room`: positions the session has left after the prompt; sizes the buffers up front. The
+  // prompt's ids must be in the vocabulary.
   SequenceSampler(const GenerationConfig& config, int64_t vocab, std::span<const int32_t> prompt, Index room)
       : config_(&config), sampler_(config.sampling, vocab), logits_(static_cast<size_t>(vocab)), seen_mask_(static_cast<size_t>(vocab), 0) {
     config.validate();
@@ -171,12 +172,12 @@ GenerationResult generate(const MiniMindForCausalLM<T>& model, Session<T>& sessi
   GenerationResult result;
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
   if (config.max_new_tokens == 0) return result;
-  SequenceSampler sampler(config, model.config().vocab_size, prompt, session.remaining() - static_cast<Index>(prompt.size()));
-
   const auto prefill_start = Clock::now();
   const float* logits = model.forward(session, prompt, false).data();
   const auto decode_start = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(decode_start - prefill_start).count();
+  // After the forward pass, which refuses ids outside the vocabulary.
+  SequenceSampler sampler(config, model.config().vocab_size, prompt, session.remaining());
 
   while (true) {
     const int32_t next = sampler.next(logits);

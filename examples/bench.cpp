@@ -3,6 +3,9 @@
 // only). tg<N>: N single-token forward passes from an empty cache, each with its logits, the next
 // id drawn at random as llama-bench does. Each test runs once to warm up, then -r times; the table
 // gives the min / median / max tokens per second over those runs.
+// -b N: batched decode, like llama.cpp's batched-bench: N sequences, each first given a short
+// prompt (untimed), then -n steps that each advance all N by one token in one forward pass
+// (Batch); the rate is the aggregate, N x n tokens over the steps' time.
 #include <minimind/checkpoint.hpp>
 #include <minimind/minimind.hpp>
 
@@ -83,6 +86,66 @@ double run_tg(const Model& model, minimind::Session<float>& session, int64_t n, 
   return static_cast<double>(n) / seconds_since(start);
 }
 
+// Untimed prompt of each batched sequence.
+constexpr int64_t kBatchPromptLength = 16;
+
+// Aggregate tokens per second of `n` steps that each advance every session by one token.
+double run_batched_tg(const Model& model, std::vector<minimind::Session<float>>& sessions, int64_t n, Tokens& tokens) {
+  const int64_t vocab = model.config().vocab_size;
+  minimind::Batch<float> batch(model);
+  std::vector<std::vector<int32_t>> prompts(sessions.size(), std::vector<int32_t>(kBatchPromptLength));
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    sessions[i].reset();
+    for (auto& id : prompts[i]) id = tokens.next(vocab);
+    batch.add(sessions[i], prompts[i]);
+  }
+  batch.step();
+  std::vector<int32_t> next(sessions.size());
+  const auto start = Clock::now();
+  for (int64_t step = 0; step < n; ++step) {
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      next[i] = tokens.next(vocab);
+      batch.add(sessions[i], std::span<const int32_t>(&next[i], 1));
+    }
+    batch.step();
+  }
+  return static_cast<double>(n) * static_cast<double>(sessions.size()) / seconds_since(start);
+}
+
+// The -b rows: aggregate decode tokens/s of each batch size (tokens per second over all sequences).
+void bench_batches(const Model& model, const std::string& shape, minimind::WeightFormat format, int threads,
+                   const std::vector<int64_t>& batch_sizes, int64_t n, int64_t reps, bool json, Tokens& tokens) {
+  for (const int64_t size : batch_sizes) {
+    std::vector<minimind::Session<float>> sessions;
+    for (int64_t i = 0; i < size; ++i) sessions.push_back(model.new_session(kBatchPromptLength + n));
+    std::vector<double> rates;
+    for (int64_t r = 0; r <= reps; ++r) {  // run 0 warms up
+      const double rate = run_batched_tg(model, sessions, n, tokens);
+      if (r > 0) rates.push_back(rate);
+    }
+    const Stats s = stats(rates);
+    const std::string name = "tg" + std::to_string(n);
+    if (json) {
+      const nlohmann::json row = {{"shape", shape},
+                                  {"dtype", minimind::format_name(format)},
+                                  {"threads", threads},
+                                  {"batch", size},
+                                  {"test", name},
+                                  {"prompt_tokens_each", kBatchPromptLength},
+                                  {"tokens_per_s_min", s.min},
+                                  {"tokens_per_s_median", s.median},
+                                  {"tokens_per_s_max", s.max},
+                                  {"repetitions", reps},
+                                  {"resident_mib", resident_mib()}};
+      std::printf("%s\n", row.dump().c_str());
+    } else {
+      std::printf("| %-15s | %-5s | %7d | %5lld | %6s | %10.2f | %10.2f | %10.2f |\n", shape.c_str(), minimind::format_name(format),
+                  threads, static_cast<long long>(size), name.c_str(), s.min, s.median, s.max);
+    }
+    std::fflush(stdout);
+  }
+}
+
 int run(int argc, char** argv) {
   cli::Args args("minimind-bench", "tokens per second of prefill and decode, like llama-bench");
   args.value("--model", "checkpoint to load: directory, or .safetensors/.pth/.gguf file")
@@ -93,6 +156,7 @@ int run(int argc, char** argv) {
       .value("-t", "thread count(s), e.g. 1,2 (default: one per core)")
       .value("--threads", "same as -t")
       .value("-r", "repetitions of each test (default 5)")
+      .value("-b", "batched decode instead: N sequences advanced together, aggregate tokens/s; a list such as 1,8,32")
       .toggle("--json", "print one JSON object per row instead of the table");
   if (!args.parse(argc, argv)) return 0;
 
@@ -106,6 +170,15 @@ int run(int argc, char** argv) {
     const int64_t v = cli::parse_int(t, "-t");
     if (v < 1 || v > 256) throw cli::UsageError("-t: thread count " + t + " must be in [1, 256]");
     thread_counts.push_back(static_cast<int>(v));
+  }
+  std::vector<int64_t> batch_sizes;
+  if (auto b = args.get("-b")) {
+    for (const auto& text : split(*b)) {
+      const int64_t v = cli::parse_int(text, "-b");
+      if (v < 1 || v > 1024) throw cli::UsageError("-b: batch size " + text + " must be in [1, 1024]");
+      batch_sizes.push_back(v);
+    }
+    if (n == 0) throw cli::UsageError("-b needs decode steps: -n must be at least 1");
   }
   std::vector<minimind::WeightFormat> formats;
   for (const auto& f : split(args.get_or("--dtype", "f32"))) formats.push_back(minimind::parse_format(f));
@@ -123,7 +196,12 @@ int run(int argc, char** argv) {
   }
   const bool json = args.has("--json");
 
-  if (!json) {
+  if (!json && !batch_sizes.empty()) {
+    std::printf("| %-15s | %-5s | %7s | %5s | %6s | %10s | %10s | %10s |\n", "shape", "dtype", "threads", "batch", "test",
+                "t/s min", "t/s median", "t/s max");
+    std::printf("| %.15s | %.5s | %.7s | %.5s | %.6s | %.10s | %.10s | %.10s |\n", "----------------", "------", "--------",
+                "------", "-------", "-----------", "-----------", "-----------");
+  } else if (!json) {
     std::printf("| %-15s | %-5s | %9s | %10s | %7s | %6s | %10s | %10s | %10s |\n", "shape", "dtype", "size MiB", "params",
                 "threads", "test", "t/s min", "t/s median", "t/s max");
     std::printf("| %.15s | %.5s | %.9s | %.10s | %.7s | %.6s | %.10s | %.10s | %.10s |\n", "----------------", "------",
@@ -146,6 +224,10 @@ int run(int argc, char** argv) {
 
     for (const int threads : thread_counts) {
       model.set_threads(threads);
+      if (!batch_sizes.empty()) {
+        bench_batches(model, shape, format, threads, batch_sizes, n, reps, json, tokens);
+        continue;
+      }
       for (const auto& [test, count] : {std::pair<std::string, int64_t>{"pp", p}, {"tg", n}}) {
         if (count == 0) continue;
         std::vector<double> rates;

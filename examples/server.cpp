@@ -2,9 +2,11 @@
 //
 // The model is const and shared; each of --slots sessions (its own KV cache) serves one request at
 // a time. A request that finds every slot busy waits in a bounded FIFO queue; past --queue it gets
-// 503 at once. Generation runs on the HTTP connection's own thread, so a streamed reply notices a
-// closed connection at its next token and frees the slot. SIGINT/SIGTERM: stop accepting, answer
-// waiting requests with 503, cut running generations short at their next token, exit 0.
+// 503 at once. One scheduler thread advances every running request in one forward pass per step
+// (continuous batching); the HTTP connection's own thread turns its ids into text and sends them,
+// so a reply notices a closed connection at its next token and frees the slot at the next step.
+// SIGINT/SIGTERM: stop accepting, answer waiting requests with 503, cut running generations short
+// at their next token, exit 0.
 #include "cli.hpp"
 #include "web_page.hpp"
 
@@ -434,6 +436,154 @@ class Slots {
   std::atomic<bool> stopping_{false};
 };
 
+// ---- The scheduler: every running request advanced in one forward pass per step ----
+
+// One thread runs steps of a Batch over the running requests (continuous batching): a request
+// joins at the next step and leaves after the step that ends it. Each step feeds every decoding
+// request its last id and prefills prompts in chunks, at most kPrefillRows prompt positions per
+// step, so a long prompt does not stall the others. Sampling and the stop rules stay per request
+// (its SequenceSampler); the request's own thread turns its ids into text and sends them.
+class Scheduler {
+ public:
+  static constexpr size_t kPrefillRows = 256;
+
+  // A request while it runs. The scheduler writes `ids`, `stop`, `error` and `finished`; the
+  // request's thread reads them and may set `cancel`; all under the scheduler's mutex.
+  struct Sequence {
+    Sequence(const Job& job_, Session& session_, int64_t vocab)
+        : job(&job_), session(&session_), sampler(job_.config, vocab, job_.prompt, session_.remaining() - static_cast<minimind::Index>(job_.prompt.size())) {}
+    const Job* job;
+    Session* session;
+    minimind::SequenceSampler sampler;
+    size_t prefilled = 0;  // prompt ids fed so far
+    int32_t last = 0;      // the id to feed next, once prefilled
+    std::vector<int32_t> ids;  // sampled, not yet taken by the request's thread
+    std::optional<minimind::StopReason> stop;
+    std::string error;
+    bool cancel = false, finished = false;
+  };
+
+  explicit Scheduler(const Model& model) : model_(model), batch_(model), thread_([this] { loop(); }) {}
+  ~Scheduler() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      exiting_ = true;
+    }
+    work_.notify_all();
+    thread_.join();
+  }
+
+  // Starts `job` on `session` (reset); it joins the batch at the next step.
+  std::shared_ptr<Sequence> start(const Job& job, Session& session) {
+    auto seq = std::make_shared<Sequence>(job, session, model_.config().vocab_size);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      joining_.push_back(seq);
+    }
+    work_.notify_all();
+    return seq;
+  }
+
+  // Moves the ids sampled since the last call into `out`, waiting for at least one; false once
+  // the sequence has finished and every id was taken.
+  bool take(Sequence& seq, std::vector<int32_t>& out) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    produced_.wait(lock, [&] { return !seq.ids.empty() || seq.finished; });
+    out.swap(seq.ids);
+    seq.ids.clear();
+    return !out.empty();
+  }
+
+  // Ends the sequence at the next step and waits until the scheduler has let go of its session.
+  void cancel(Sequence& seq) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    seq.cancel = true;
+    work_.notify_all();
+    produced_.wait(lock, [&] { return seq.finished; });
+  }
+
+ private:
+  void loop() {
+    std::vector<std::shared_ptr<Sequence>> running;
+    // Per step: which running sequences were fed, and whether that ends their prompt.
+    std::vector<Sequence*> fed;
+    std::vector<bool> samples;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        work_.wait(lock, [&] { return exiting_ || !joining_.empty() || !running.empty(); });
+        if (exiting_) {
+          for (auto& seq : running) seq->error = "the server is shutting down", seq->finished = true;
+          produced_.notify_all();
+          return;
+        }
+        for (auto& seq : joining_) running.push_back(std::move(seq));
+        joining_.clear();
+        bool left = false;
+        for (auto& seq : running) {
+          if (seq->cancel) seq->finished = left = true;
+        }
+        if (left) {
+          std::erase_if(running, [](const auto& seq) { return seq->finished; });
+          produced_.notify_all();
+        }
+      }
+      if (running.empty()) continue;
+      fed.clear();
+      samples.clear();
+      size_t prefill_budget = kPrefillRows;
+      for (auto& seq : running) {
+        const auto& prompt = seq->job->prompt;
+        if (seq->prefilled < prompt.size()) {
+          const size_t chunk = std::min(prompt.size() - seq->prefilled, prefill_budget);
+          if (chunk == 0) continue;
+          batch_.add(*seq->session, std::span<const int32_t>(prompt).subspan(seq->prefilled, chunk));
+          seq->prefilled += chunk;
+          prefill_budget -= chunk;
+          samples.push_back(seq->prefilled == prompt.size());
+        } else {
+          batch_.add(*seq->session, std::span<const int32_t>(&seq->last, 1));
+          samples.push_back(true);
+        }
+        fed.push_back(seq.get());
+      }
+      std::string error;
+      try {
+        const auto logits = batch_.step();
+        for (size_t i = 0; i < fed.size(); ++i) {
+          if (!samples[i]) continue;
+          Sequence& seq = *fed[i];
+          seq.last = seq.sampler.next(logits.row(static_cast<minimind::Index>(i)).data());
+          seq.stop = seq.sampler.stop(seq.session->remaining());
+        }
+      } catch (const std::exception& e) {
+        batch_.clear();
+        error = e.what();
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (size_t i = 0; i < fed.size(); ++i) {
+        Sequence& seq = *fed[i];
+        if (!error.empty()) {
+          seq.error = error, seq.finished = true;
+        } else if (samples[i]) {
+          seq.ids.push_back(seq.last);
+          seq.finished = seq.stop.has_value();
+        }
+      }
+      std::erase_if(running, [](const auto& seq) { return seq->finished; });
+      produced_.notify_all();
+    }
+  }
+
+  const Model& model_;
+  minimind::Batch<float> batch_;
+  std::mutex mutex_;
+  std::condition_variable work_, produced_;
+  std::vector<std::shared_ptr<Sequence>> joining_;
+  bool exiting_ = false;
+  std::thread thread_;  // last: starts once the rest is built
+};
+
 // ---- The server ----
 
 enum class Kind { Chat, Completion };
@@ -453,6 +603,7 @@ class Server {
         model_id_(std::move(model_id)),
         context_(context),
         slots_(checkpoint.model, slots, context, max_queue),
+        scheduler_(checkpoint.model),
         created_(std::time(nullptr)) {}
 
   void install(httplib::Server& http) {
@@ -644,29 +795,44 @@ class Server {
         });
   }
 
-  // Generates for `job` on `session`, passing text to `emit` (false: the client is gone).
+  // Generates for `job` on `session` in the scheduler's batch, passing text to `emit` (false:
+  // the client is gone). Returns once the scheduler has let go of the session.
   Outcome run(const Job& job, Session& session, const std::function<bool(std::string_view)>& emit) {
     Outcome outcome;
+    outcome.prompt_tokens = static_cast<int64_t>(job.prompt.size());
     StopFilter filter(job.stop);
-    auto deliver = [&](std::string_view text) {
-      if (text.empty() || emit(text)) return true;
+    minimind::TextStream text(tokenizer_, job.config);
+    auto deliver = [&](std::string_view piece) {
+      if (piece.empty() || emit(piece)) return true;
       outcome.disconnected = true;
       return false;
     };
-    const auto result = minimind::generate_text(checkpoint_.model, tokenizer_, session, job.prompt, job.config, [&](std::string_view piece) {
-      if (slots_.stopping()) {
-        outcome.cancelled = true;
-        return false;
+    const auto seq = scheduler_.start(job, session);
+    bool keep_going = true;
+    std::vector<int32_t> ids;
+    while (keep_going && scheduler_.take(*seq, ids)) {
+      for (int32_t id : ids) {
+        ++outcome.completion_tokens;
+        if (slots_.stopping()) {
+          outcome.cancelled = true;
+        } else if (deliver(filter.push(text.push(id))) && !filter.stopped()) {
+          continue;
+        }
+        keep_going = false;
+        break;
       }
-      return deliver(filter.push(piece)) && !filter.stopped();
-    });
+    }
+    if (!keep_going) {
+      scheduler_.cancel(*seq);
+    } else {
+      if (!seq->error.empty()) throw std::runtime_error(seq->error);
+      // The eos id that ended the reply is not part of it.
+      if (seq->stop == minimind::StopReason::EndOfSequence) --outcome.completion_tokens;
+      deliver(filter.push(text.flush()));
+    }
     if (!outcome.disconnected && !outcome.cancelled && !filter.stopped()) deliver(filter.finish());
-    outcome.prompt_tokens = result.prompt_tokens;
-    // The eos id that ended the reply is not part of it.
-    outcome.completion_tokens =
-        static_cast<int64_t>(result.ids.size()) - (result.stop == minimind::StopReason::EndOfSequence ? 1 : 0);
-    if (filter.stopped() || result.stop == minimind::StopReason::EndOfSequence) outcome.finish_reason = "stop";
-    else if (result.stop != minimind::StopReason::Callback) outcome.finish_reason = "length";
+    if (filter.stopped() || (keep_going && seq->stop == minimind::StopReason::EndOfSequence)) outcome.finish_reason = "stop";
+    else if (keep_going) outcome.finish_reason = "length";
     return outcome;
   }
 
@@ -694,6 +860,7 @@ class Server {
   const std::string model_id_;
   const minimind::Index context_;
   Slots slots_;
+  Scheduler scheduler_;
   const int64_t created_;
   std::atomic<uint64_t> next_id_{1};
 };

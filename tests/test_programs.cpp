@@ -6,6 +6,7 @@
 #include "test_support.hpp"
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 using namespace minimind;
 using namespace minimind::testing;
@@ -190,4 +191,28 @@ TEST_CASE("minimind-next --trace --json: 很 first after 今天天气 with the p
   const auto with_maps = nlohmann::json::parse(maps.out);
   CHECK(with_maps["layers"][0].at("attention").size() == config.at("num_attention_heads").get<size_t>());
   check_error(run_command(program("minimind-next") + " --attention --prompt 今天天气"), "minimind-next", "--attention needs --trace --json");
+}
+
+TEST_CASE("minimind-bench -b: one aggregate decode row per batch size, as a table and as JSON; bad sizes are errors") {
+  const std::string bench = program("minimind-bench") + " --shape minimind2-small -n 2 -r 1 -t 1";
+  const auto json_run = run_command(bench + " -b 1,3 --json");
+  REQUIRE(json_run.exit_code == 0);
+  std::istringstream lines(json_run.out);
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  REQUIRE(rows.size() == 2);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    CHECK(rows[i].at("batch").get<int>() == (i == 0 ? 1 : 3));
+    CHECK(rows[i].at("test") == "tg2");
+    CHECK(rows[i].at("threads").get<int>() == 1);
+    CHECK(rows[i].at("tokens_per_s_min").get<double>() > 0);
+    CHECK(rows[i].at("tokens_per_s_median").get<double>() >= rows[i].at("tokens_per_s_min").get<double>());
+  }
+  const auto table = run_command(bench + " -b 2");
+  REQUIRE(table.exit_code == 0);
+  CHECK(table.out.find("| batch |") != std::string::npos);
+  CHECK(table.out.find("|     2 |    tg2 |") != std::string::npos);
+  check_error(run_command(bench + " -b 0"), "minimind-bench", "-b: batch size 0 must be in [1, 1024]");
+  check_error(run_command(bench + " -b 2,x"), "minimind-bench", "-b: \"x\" is not an integer");
+  check_error(run_command(program("minimind-bench") + " --shape minimind2-small -b 2 -n 0"), "minimind-bench", "-n must be at least 1");
 }

@@ -428,6 +428,45 @@ TEST_CASE("minimind-server: 8 concurrent greedy chats each equal the same reques
   CHECK(get_json(server, "/health")["slots_idle"] == 4);
 }
 
+TEST_CASE("minimind-server: batched greedy completions of different lengths, joining at different steps, equal each alone") {
+  auto& server = demo_server();
+  const Local& l = local();
+  // Six requests on four slots: two wait and join the running batch later. One prompt is longer
+  // than a step's prefill chunk of 256 positions, so it is prefilled over two steps beside the
+  // others' decoding.
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* text : {"今天天气", "小明家养了一只猫", "这块石头很硬", "你好", "天气"}) prompts.push_back(l.tokenizer.encode(text));
+  std::vector<int32_t> long_prompt;
+  while (long_prompt.size() < 300) {
+    const auto more = l.tokenizer.encode("小明家养了一只猫，今天天气很好。");
+    long_prompt.insert(long_prompt.end(), more.begin(), more.end());
+  }
+  prompts.insert(prompts.begin() + 2, long_prompt);
+  const std::vector<int64_t> max_tokens = {40, 7, 25, 60, 3, 33};
+  auto request = [&](size_t i) {
+    return Json{{"prompt", prompts[i]}, {"temperature", 0}, {"max_tokens", max_tokens[i]}, {"ignore_eos", true}};
+  };
+  auto reply_text = [&](size_t i) {
+    const Json reply = post_json(server, "/v1/completions", request(i));
+    CHECK(reply["usage"]["completion_tokens"] == max_tokens[i]);
+    return reply["choices"][0]["text"].get<std::string>();
+  };
+  std::vector<std::string> alone;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    alone.push_back(reply_text(i));
+    GenerationConfig config = l.greedy(max_tokens[i]);
+    config.ignore_eos = true;
+    CHECK(alone[i] == l.generate(prompts[i], config).first);  // alone is the library's generate()
+  }
+  std::vector<std::future<std::string>> together;
+  for (size_t i = 0; i < prompts.size(); ++i) together.push_back(std::async(std::launch::async, reply_text, i));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(together[i].get() == alone[i]);
+  }
+  CHECK(get_json(server, "/health")["slots_idle"] == 4);
+}
+
 TEST_CASE("minimind-server: bad requests get OpenAI-style errors with the right status, and leave no slot busy") {
   auto& server = demo_server();
   const std::string chat = "/v1/chat/completions";

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -99,6 +100,61 @@ struct GenerationResult {
   }
 };
 
+// One sequence's choice of ids, step by step: its own Sampler (config and seed), the ids seen
+// (prompt and output) for the repetition penalty, and the stop rules. generate() runs one over a
+// session; a scheduler that advances many sequences in one Batch runs one per sequence.
+class SequenceSampler {
+ public:
+  // `room`: positions the session has left after the prompt; sizes the buffers up front. The
+  // prompt's ids must be in the vocabulary.
+  SequenceSampler(const GenerationConfig& config, int64_t vocab, std::span<const int32_t> prompt, Index room)
+      : config_(&config), sampler_(config.sampling, vocab), logits_(static_cast<size_t>(vocab)), seen_mask_(static_cast<size_t>(vocab), 0) {
+    config.validate();
+    // At most one id per position left after the prompt, plus the one sampled last:
+    // max_new_tokens alone may be any number a generation_config.json says.
+    ids_.reserve(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(config.max_new_tokens, room + 1))));
+    seen_.reserve(static_cast<size_t>(vocab));
+    for (int32_t id : prompt) mark_seen(id);
+  }
+
+  // Samples the id after `logits` (the last position's, vocab values) and records it.
+  int32_t next(const float* logits) {
+    std::copy(logits, logits + logits_.size(), logits_.begin());
+    const int32_t id = sampler_.sample(logits_, seen_);
+    ids_.push_back(id);
+    mark_seen(id);
+    return id;
+  }
+
+  // Whether the id `next` gave last ends generation, with `remaining` positions left in the session.
+  std::optional<StopReason> stop(Index remaining) const {
+    const int32_t last = ids_.back();
+    const auto& eos = config_->eos_token_ids;
+    if (!config_->ignore_eos && std::find(eos.begin(), eos.end(), last) != eos.end()) return StopReason::EndOfSequence;
+    if (static_cast<int64_t>(ids_.size()) >= config_->max_new_tokens) return StopReason::MaxNewTokens;
+    if (remaining == 0) return StopReason::ContextFull;
+    return std::nullopt;
+  }
+
+  const std::vector<int32_t>& ids() const { return ids_; }
+  std::vector<int32_t> take_ids() { return std::move(ids_); }
+
+ private:
+  void mark_seen(int32_t id) {
+    if (!seen_mask_[static_cast<size_t>(id)]) {
+      seen_mask_[static_cast<size_t>(id)] = 1;
+      seen_.push_back(id);
+    }
+  }
+
+  const GenerationConfig* config_;
+  Sampler sampler_;
+  std::vector<float> logits_;       // a copy: the sampler works in place
+  std::vector<uint8_t> seen_mask_;  // distinct ids seen so far, for the repetition penalty
+  std::vector<int32_t> seen_;
+  std::vector<int32_t> ids_;
+};
+
 // Called with each new id; return false to stop.
 using TokenCallback = std::function<bool(int32_t id)>;
 
@@ -116,78 +172,65 @@ GenerationResult generate(const MiniMindForCausalLM<T>& model, Session<T>& sessi
   GenerationResult result;
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
   if (config.max_new_tokens == 0) return result;
-  // At most one id per position left after the prompt, plus the one sampled last: max_new_tokens
-  // alone may be any number a generation_config.json says.
-  const auto most = std::min<int64_t>(config.max_new_tokens, session.remaining() - static_cast<Index>(prompt.size()) + 1);
-  result.ids.reserve(static_cast<size_t>(most));
-
-  const int64_t vocab = model.config().vocab_size;
-  Sampler sampler(config.sampling, vocab);
-  std::vector<float> logits(static_cast<size_t>(vocab));
-  // Distinct ids seen so far (prompt and output), for the repetition penalty.
-  std::vector<uint8_t> seen_mask(static_cast<size_t>(vocab), 0);
-  std::vector<int32_t> seen;
-  seen.reserve(static_cast<size_t>(vocab));
-  auto mark_seen = [&](int32_t id) {
-    if (!seen_mask[static_cast<size_t>(id)]) {
-      seen_mask[static_cast<size_t>(id)] = 1;
-      seen.push_back(id);
-    }
-  };
-
   const auto prefill_start = Clock::now();
-  auto last = model.forward(session, prompt, false);
-  std::copy(last.data(), last.data() + vocab, logits.begin());
-  for (int32_t id : prompt) mark_seen(id);
+  const float* logits = model.forward(session, prompt, false).data();
   const auto decode_start = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(decode_start - prefill_start).count();
+  // After the forward pass, which refuses ids outside the vocabulary.
+  SequenceSampler sampler(config, model.config().vocab_size, prompt, session.remaining());
 
   while (true) {
-    const int32_t next = sampler.sample(logits, seen);
-    result.ids.push_back(next);
-    mark_seen(next);
+    const int32_t next = sampler.next(logits);
     if (on_token && !on_token(next)) {
       result.stop = StopReason::Callback;
       break;
     }
-    if (!config.ignore_eos &&
-        std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), next) != config.eos_token_ids.end()) {
-      result.stop = StopReason::EndOfSequence;
+    if (auto stop = sampler.stop(session.remaining())) {
+      result.stop = *stop;
       break;
     }
-    if (static_cast<int64_t>(result.ids.size()) >= config.max_new_tokens) {
-      result.stop = StopReason::MaxNewTokens;
-      break;
-    }
-    if (session.remaining() == 0) {
-      result.stop = StopReason::ContextFull;
-      break;
-    }
-    auto step = model.forward(session, std::span<const int32_t>(&next, 1), false);
-    std::copy(step.data(), step.data() + vocab, logits.begin());
+    logits = model.forward(session, std::span<const int32_t>(&next, 1), false).data();
   }
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - decode_start).count();
+  result.ids = sampler.take_ids();
   return result;
 }
 
 // Called with each complete UTF-8 piece of text; return false to stop.
 using TextCallback = std::function<bool(std::string_view text)>;
 
-// generate() with the output streamed as text: a character split across tokens is delivered
-// whole, once its last byte has arrived. End-of-sequence ids are not printed.
+// Generated ids as text: a character split across tokens is delivered whole, once its last byte
+// has arrived. End-of-sequence ids are not text (unless the config ignores them).
+class TextStream {
+ public:
+  TextStream(const Tokenizer& tokenizer, const GenerationConfig& config)
+      : config_(&config), decoder_(tokenizer, /*skip_special_tokens=*/false) {}
+  // The text `id` completes; empty for an eos id or an unfinished character.
+  std::string push(int32_t id) {
+    const auto& eos = config_->eos_token_ids;
+    if (!config_->ignore_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) return {};
+    return decoder_.push(id);
+  }
+  // What is left at the end.
+  std::string flush() { return decoder_.flush(); }
+
+ private:
+  const GenerationConfig* config_;
+  StreamingDecoder decoder_;
+};
+
+// generate() with the output streamed as text (TextStream).
 template <class T>
 GenerationResult generate_text(const MiniMindForCausalLM<T>& model, const Tokenizer& tokenizer, Session<T>& session,
                                std::span<const int32_t> prompt, const GenerationConfig& config, const TextCallback& on_text) {
-  StreamingDecoder decoder(tokenizer, /*skip_special_tokens=*/false);
+  TextStream text(tokenizer, config);
   bool keep_going = true;
   auto result = generate(model, session, prompt, config, [&](int32_t id) {
-    const bool is_eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) != config.eos_token_ids.end();
-    if (is_eos && !config.ignore_eos) return true;
-    const std::string piece = decoder.push(id);
+    const std::string piece = text.push(id);
     if (!piece.empty()) keep_going = on_text(piece);
     return keep_going;
   });
-  const std::string rest = decoder.flush();
+  const std::string rest = text.flush();
   if (!rest.empty() && keep_going) on_text(rest);
   return result;
 }

@@ -130,6 +130,7 @@ void bench_batches(const Model& model, const std::string& shape, minimind::Weigh
                                   {"dtype", minimind::format_name(format)},
                                   {"threads", threads},
                                   {"batch", size},
+                                  {"kernels", minimind::kernels::name()},
                                   {"test", name},
                                   {"prompt_tokens_each", kBatchPromptLength},
                                   {"tokens_per_s_min", s.min},

@@ -205,6 +205,7 @@ TEST_CASE("minimind-bench -b: one aggregate decode row per batch size, as a tabl
     CHECK(rows[i].at("batch").get<int>() == (i == 0 ? 1 : 3));
     CHECK(rows[i].at("test") == "tg2");
     CHECK(rows[i].at("threads").get<int>() == 1);
+    CHECK(rows[i].at("kernels") == minimind::kernels::name());
     CHECK(rows[i].at("tokens_per_s_min").get<double>() > 0);
     CHECK(rows[i].at("tokens_per_s_median").get<double>() >= rows[i].at("tokens_per_s_min").get<double>());
   }

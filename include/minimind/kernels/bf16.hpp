@@ -114,26 +114,16 @@ inline float dot(const uint16_t* w, const float* x, Index cols) {
 }  // namespace avx512
 #endif
 
-#if MINIMIND_NEON
-namespace neon {
-inline float dot(const uint16_t* w, const float* x, Index cols) {
+#if MINIMIND_NEON || MINIMIND_WASM_SIMD
+// A 128-bit target (kernels/neon.hpp, kernels/wasm_simd128.hpp): its kernel over whole vectors
+// of 8, the plain loop for the rest.
+template <float (*Vectors)(const uint16_t*, const float*, Index)>
+inline float dot_128(const uint16_t* w, const float* x, Index cols) {
   Index c = cols / 8 * 8;
-  float sum = kernels::neon::bf16_dot(w, x, c);
+  float sum = Vectors(w, x, c);
   for (; c < cols; ++c) sum += to_float(w[c]) * x[c];
   return sum;
 }
-}  // namespace neon
-#endif
-
-#if MINIMIND_WASM_SIMD
-namespace wasm {
-inline float dot(const uint16_t* w, const float* x, Index cols) {
-  Index c = cols / 8 * 8;
-  float sum = kernels::wasm::bf16_dot(w, x, c);
-  for (; c < cols; ++c) sum += to_float(w[c]) * x[c];
-  return sum;
-}
-}  // namespace wasm
 #endif
 
 // The best target this build has (kernels::name()).
@@ -143,9 +133,9 @@ inline void matvec(const uint16_t* w, Index cols, const float* x, float* y, Inde
 #elif MINIMIND_AVX2
   matvec_rows<avx2::dot>(w, cols, x, y, begin, end);
 #elif MINIMIND_NEON
-  matvec_rows<neon::dot>(w, cols, x, y, begin, end);
+  matvec_rows<dot_128<kernels::neon::bf16_dot>>(w, cols, x, y, begin, end);
 #elif MINIMIND_WASM_SIMD
-  matvec_rows<wasm::dot>(w, cols, x, y, begin, end);
+  matvec_rows<dot_128<kernels::wasm::bf16_dot>>(w, cols, x, y, begin, end);
 #else
   matvec_rows<scalar::dot>(w, cols, x, y, begin, end);
 #endif

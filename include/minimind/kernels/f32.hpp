@@ -72,26 +72,16 @@ inline float dot(const float* w, const float* x, Index cols) {
 }  // namespace avx512
 #endif
 
-#if MINIMIND_NEON
-namespace neon {
-inline float dot(const float* w, const float* x, Index cols) {
+#if MINIMIND_NEON || MINIMIND_WASM_SIMD
+// A 128-bit target (kernels/neon.hpp, kernels/wasm_simd128.hpp): its kernel over whole vectors
+// of 4, the plain loop for the rest.
+template <float (*Vectors)(const float*, const float*, Index)>
+inline float dot_128(const float* w, const float* x, Index cols) {
   Index c = cols / 4 * 4;
-  float sum = kernels::neon::f32_dot(w, x, c);
+  float sum = Vectors(w, x, c);
   for (; c < cols; ++c) sum += w[c] * x[c];
   return sum;
 }
-}  // namespace neon
-#endif
-
-#if MINIMIND_WASM_SIMD
-namespace wasm {
-inline float dot(const float* w, const float* x, Index cols) {
-  Index c = cols / 4 * 4;
-  float sum = kernels::wasm::f32_dot(w, x, c);
-  for (; c < cols; ++c) sum += w[c] * x[c];
-  return sum;
-}
-}  // namespace wasm
 #endif
 
 // The best target this build has (kernels::name()).
@@ -101,9 +91,9 @@ inline void matvec(const float* w, Index cols, const float* x, float* y, Index b
 #elif MINIMIND_AVX2
   matvec_rows<avx2::dot>(w, cols, x, y, begin, end);
 #elif MINIMIND_NEON
-  matvec_rows<neon::dot>(w, cols, x, y, begin, end);
+  matvec_rows<dot_128<kernels::neon::f32_dot>>(w, cols, x, y, begin, end);
 #elif MINIMIND_WASM_SIMD
-  matvec_rows<wasm::dot>(w, cols, x, y, begin, end);
+  matvec_rows<dot_128<kernels::wasm::f32_dot>>(w, cols, x, y, begin, end);
 #else
   matvec_rows<scalar::dot>(w, cols, x, y, begin, end);
 #endif

@@ -28,7 +28,7 @@ try {
   });
   await page.goto(url + "/", { waitUntil: "load" });
 
-  // Chat: the reply streams in (the text grows over more than one update) and the stream ends.
+  // Chat: the reply streams in (several chunks of the server's stream, shown as they come) and the stream ends.
   // Greedy, so the reply is the same every run and long enough to arrive in several pieces.
   await page.$eval("#temperature", (e) => { e.value = "0"; });
   await page.$eval("#max-tokens", (e) => { e.value = "32"; });
@@ -41,13 +41,23 @@ try {
       if (reply) window.replyLengths.push(reply.textContent.length);
     }).observe(document.getElementById("conversation"), { childList: true, characterData: true, subtree: true });
   });
+  // The server's stream as sent: the reply must arrive as several SSE chunks, and the page must
+  // show exactly their text (judged from the bytes, not from how fast the DOM changed).
+  const streamBody = new Promise((resolve) => {
+    page.on("response", (response) => {
+      if (new URL(response.url()).pathname === "/v1/chat/completions") response.text().then(resolve, (e) => resolve("error: " + e));
+    });
+  });
   await page.click('[data-testid="send"]');
   await page.waitForFunction(() => document.querySelector('[data-testid="reply"]') && !document.getElementById("send").disabled);
   const lengths = (await page.evaluate(() => window.replyLengths)).filter((n) => n > 0);
   const reply = await page.$eval('[data-testid="reply"]', (e) => e.textContent);
   if (!reply.trim()) problems.push("the chat reply is empty");
-  if (new Set(lengths).size < 2) problems.push("the reply did not stream (updates seen: " + JSON.stringify(lengths) + ")");
-  console.log("page.mjs: reply streamed in " + lengths.length + " updates: " + JSON.stringify(reply.slice(0, 60)));
+  const chunks = (await streamBody).split("\n").filter((line) => line.startsWith("data: {"))
+    .map((line) => JSON.parse(line.slice(6)).choices?.[0]?.delta?.content ?? "").filter((text) => text.length > 0);
+  if (chunks.length < 2) problems.push("the reply did not stream: " + chunks.length + " content chunks");
+  if (chunks.join("") !== reply) problems.push("the reply shown " + JSON.stringify(reply) + " is not the streamed text " + JSON.stringify(chunks.join("")));
+  console.log("page.mjs: reply streamed in " + chunks.length + " chunks (" + lengths.length + " page updates): " + JSON.stringify(reply.slice(0, 60)));
 
   // Inspect: the raw text's next-token top-k.
   await page.$eval('[data-testid="prompt"]', (e) => { e.value = ""; });

@@ -444,7 +444,8 @@ TEST_CASE("decode kernels of every compiled target match the references on awkwa
         kernels::q8::quantize_activations(x.data(), cols, xq.data(), xd.data());
 
         // Whole matrix, then ranges that start and end inside groups of four rows.
-        for (const auto& [begin, end] : {std::pair<Index, Index>{0, rows}, {1, rows}, {rows / 2, rows - 1}, {2, rows}}) {
+        for (const auto& range : {std::pair<Index, Index>{0, rows}, {1, rows}, {rows / 2, rows - 1}, {2, rows}}) {
+          const Index begin = range.first, end = range.second;  // not a structured binding: clang 14 cannot capture one
           if (begin >= end) continue;
           CAPTURE(begin);
           CAPTURE(end);

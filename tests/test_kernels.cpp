@@ -409,6 +409,15 @@ std::vector<DecodeTarget> compiled_decode_targets() {
   targets.push_back({"avx2", k::f32::matvec_rows<k::f32::avx2::dot>, k::bf16::matvec_rows<k::bf16::avx2::dot>,
                      k::q8::matvec_groups<k::q8::avx2::group>});
 #endif
+#if MINIMIND_NEON
+  // q8's row dot is NEON's there (q8::dot), under the same group loop as the plain one.
+  targets.push_back({"neon", k::f32::matvec_rows<k::f32::dot_128<k::neon::f32_dot>>,
+                     k::bf16::matvec_rows<k::bf16::dot_128<k::neon::bf16_dot>>, k::q8::matvec_groups<k::q8::scalar::group>});
+#endif
+#if MINIMIND_WASM_SIMD
+  targets.push_back({"wasm_simd128", k::f32::matvec_rows<k::f32::dot_128<k::wasm::f32_dot>>,
+                     k::bf16::matvec_rows<k::bf16::dot_128<k::wasm::bf16_dot>>, k::q8::matvec_groups<k::q8::scalar::group>});
+#endif
   targets.push_back({"scalar", k::f32::matvec_rows<k::f32::scalar::dot>, k::bf16::matvec_rows<k::bf16::scalar::dot>,
                      k::q8::matvec_groups<k::q8::scalar::group>});
   return targets;

@@ -1,6 +1,6 @@
 #pragma once
 // Writes small safetensors checkpoints for tests, valid or broken on purpose.
-#include <minimind/io/json.hpp>
+#include <minimind/detail/io/json.hpp>
 
 #include "test_support.hpp"
 

@@ -3,8 +3,8 @@
 // (tools/make_formats.py; manifest.json says what each one is), their safetensors references,
 // and the comparison of two models' logits.
 #include <doctest/doctest.h>
-#include <minimind/io/json.hpp>
-#include <minimind/io/safetensors.hpp>
+#include <minimind/detail/io/json.hpp>
+#include <minimind/detail/io/safetensors.hpp>
 #include <minimind/model.hpp>
 
 #include "test_support.hpp"

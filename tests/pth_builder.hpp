@@ -2,7 +2,7 @@
 // Writes torch.save-style .pth images in memory for the bad-input tests: a zip archive of stored
 // entries (optionally compressed, zip64, or lying about sizes) and a state-dict pickle with the
 // opcodes torch.save emits, to be broken on purpose.
-#include <minimind/io/zip.hpp>
+#include <minimind/detail/io/zip.hpp>
 
 #include <cstdint>
 #include <cstring>

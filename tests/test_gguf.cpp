@@ -3,8 +3,8 @@
 // stated bound), the tokenizer from the metadata encodes like tokenizer.json, and every kind of
 // broken file is refused with an Error that says what and where.
 #include <doctest/doctest.h>
-#include <minimind/io/gguf.hpp>
-#include <minimind/io/gguf_model.hpp>
+#include <minimind/detail/io/gguf.hpp>
+#include <minimind/detail/io/gguf_model.hpp>
 #include <minimind/minimind.hpp>
 #include <minimind/tokenizer.hpp>
 

@@ -1,4 +1,4 @@
-// The fast kernels (include/minimind/kernels/) against their plain references on random inputs:
+// The fast kernels (include/minimind/detail/kernels/) against their plain references on random inputs:
 // each format's matrix-vector product, the prefill GEMM, the dispatching linear(), and the pool.
 #include <doctest/doctest.h>
 #include <minimind/minimind.hpp>

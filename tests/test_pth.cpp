@@ -4,8 +4,8 @@
 // than the few torch.save needs, every opcode outside its subset, and every broken zip or view
 // is refused with an Error naming it and its byte offset.
 #include <doctest/doctest.h>
-#include <minimind/io/pickle.hpp>
-#include <minimind/io/pth.hpp>
+#include <minimind/detail/io/pickle.hpp>
+#include <minimind/detail/io/pth.hpp>
 #include <minimind/minimind.hpp>
 
 #include "checkpoint_writer.hpp"

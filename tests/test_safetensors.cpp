@@ -1,7 +1,7 @@
 // The safetensors reader (io/safetensors.hpp): a valid file parses; every kind of broken header is
 // refused with an Error that names the file and the tensor, before any byte is read through it.
 #include <doctest/doctest.h>
-#include <minimind/io/safetensors.hpp>
+#include <minimind/detail/io/safetensors.hpp>
 
 #include "checkpoint_writer.hpp"
 

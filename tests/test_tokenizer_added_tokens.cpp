@@ -1,6 +1,6 @@
-// minimind/tokenizer/added_tokens.hpp: splitting added tokens out of text, as Hugging Face's
+// minimind/detail/tokenizer/added_tokens.hpp: splitting added tokens out of text, as Hugging Face's
 // AddedVocabulary does (its own unit tests' cases are among these, minus their lowercase normalizer).
-#include "minimind/tokenizer/added_tokens.hpp"
+#include "minimind/detail/tokenizer/added_tokens.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
-// minimind/tokenizer/bpe.hpp: the BPE model of tokenizer.json, on small hand-made vocabularies.
-#include "minimind/tokenizer/bpe.hpp"
+// minimind/detail/tokenizer/bpe.hpp: the BPE model of tokenizer.json, on small hand-made vocabularies.
+#include "minimind/detail/tokenizer/bpe.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
-// minimind/tokenizer/byte_level.hpp: GPT-2's byte map, split pattern and decoding rule.
-#include "minimind/tokenizer/byte_level.hpp"
+// minimind/detail/tokenizer/byte_level.hpp: GPT-2's byte map, split pattern and decoding rule.
+#include "minimind/detail/tokenizer/byte_level.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
-// minimind/tokenizer/unicode.hpp: the generated class tables and UTF-8 handling.
-#include "minimind/tokenizer/unicode.hpp"
+// minimind/detail/tokenizer/unicode.hpp: the generated class tables and UTF-8 handling.
+#include "minimind/detail/tokenizer/unicode.hpp"
 
 #include <doctest/doctest.h>
 

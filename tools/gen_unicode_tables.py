@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Generate include/minimind/tokenizer/unicode_tables.hpp from the Unicode Character Database.
+"""Generate include/minimind/detail/tokenizer/unicode_tables.hpp from the Unicode Character Database.
 
 The tokenizer needs, for every code point, the classes its pre-tokenizer regex and its added-token
 rules ask about: \\p{L}, \\p{N} and \\s (White_Space) of Oniguruma, which Hugging Face's ByteLevel
@@ -17,7 +17,7 @@ import sys
 MAX_CODE_POINT = 0x10FFFF
 BLOCK_SHIFT = 7  # 128 code points a block: small enough to share blocks, few enough to index
 
-# Property byte layout; keep in step with minimind/tokenizer/unicode.hpp.
+# Property byte layout; keep in step with minimind/detail/tokenizer/unicode.hpp.
 CLASS_OTHER, CLASS_LETTER, CLASS_NUMBER, CLASS_WHITESPACE = 0, 1, 2, 3
 WORD_BIT = 4
 
@@ -92,7 +92,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ucd", default="/usr/share/unicode", type=pathlib.Path)
     default_out = (pathlib.Path(__file__).resolve().parent.parent /
-                   "include/minimind/tokenizer/unicode_tables.hpp")
+                   "include/minimind/detail/tokenizer/unicode_tables.hpp")
     parser.add_argument("--out", default=default_out, type=pathlib.Path)
     args = parser.parse_args()
 

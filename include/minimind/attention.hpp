@@ -6,7 +6,7 @@
 // project (q, k, v) -> rotate_and_cache (q/k norm, RoPE, cache write) -> attend -> o_proj.
 // A step's rows may belong to several sequences (a batch); only attend tells them apart.
 #include "minimind/config.hpp"
-#include "minimind/kernels/linear.hpp"
+#include "minimind/detail/kernels/linear.hpp"
 #include "minimind/kv_cache.hpp"
 #include "minimind/rms_norm.hpp"
 #include "minimind/rope.hpp"

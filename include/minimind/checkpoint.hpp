@@ -10,11 +10,11 @@
 // load_model builds the model from them.
 #include "minimind/config.hpp"
 #include "minimind/error.hpp"
-#include "minimind/io/gguf.hpp"
-#include "minimind/io/gguf_model.hpp"
-#include "minimind/io/json.hpp"
-#include "minimind/io/pth.hpp"
-#include "minimind/io/safetensors.hpp"
+#include "minimind/detail/io/gguf.hpp"
+#include "minimind/detail/io/gguf_model.hpp"
+#include "minimind/detail/io/json.hpp"
+#include "minimind/detail/io/pth.hpp"
+#include "minimind/detail/io/safetensors.hpp"
 #include "minimind/model.hpp"
 #include "minimind/tokenizer.hpp"
 

@@ -4,8 +4,8 @@
 // defaults and in a few formulas; that difference is decided once, here, and carried as data
 // (flags and rules), so the math never asks which generation it is running.
 #include "minimind/error.hpp"
-#include "minimind/io/json.hpp"
-#include "minimind/io/safetensors.hpp"
+#include "minimind/detail/io/json.hpp"
+#include "minimind/detail/io/safetensors.hpp"
 
 #include <cmath>
 #include <cstdint>

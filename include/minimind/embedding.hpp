@@ -6,7 +6,7 @@
 // checkpoint holds a second Embedding, its lm_head, used only for logits. Held as bf16 or q8 the matrix
 // is still one tensor: a lookup widens one row, logits use the format's kernel.
 #include "minimind/error.hpp"
-#include "minimind/kernels/linear.hpp"
+#include "minimind/detail/kernels/linear.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/weights.hpp"
 

@@ -4,7 +4,7 @@
 // num_experts_per_tok best experts, weighted by their scores (optionally renormalised), plus the
 // always-on shared experts of MiniMind2-MoE.
 #include "minimind/config.hpp"
-#include "minimind/kernels/linear.hpp"
+#include "minimind/detail/kernels/linear.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/weights.hpp"
 

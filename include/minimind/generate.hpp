@@ -5,7 +5,7 @@
 // threads may generate from one const model at once, each with its own Session; the Sampler is
 // made per call.
 #include "minimind/error.hpp"
-#include "minimind/io/json.hpp"
+#include "minimind/detail/io/json.hpp"
 #include "minimind/model.hpp"
 #include "minimind/sampler.hpp"
 #include "minimind/session.hpp"

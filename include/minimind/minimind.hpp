@@ -1,5 +1,6 @@
 #pragma once
-// The whole library: include this one header.
+// The whole public library: include this one header. What it is built from (file formats,
+// kernels, the tokenizer's stages) lives in minimind/detail/.
 #include "minimind/batch.hpp"
 #include "minimind/chat_template.hpp"
 #include "minimind/checkpoint.hpp"
@@ -12,3 +13,4 @@
 #include "minimind/sampler.hpp"
 #include "minimind/session.hpp"
 #include "minimind/tokenizer.hpp"
+#include "minimind/trace.hpp"

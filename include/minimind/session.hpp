@@ -8,7 +8,7 @@
 #include "minimind/config.hpp"
 #include "minimind/error.hpp"
 #include "minimind/feed_forward.hpp"
-#include "minimind/kernels/linear.hpp"
+#include "minimind/detail/kernels/linear.hpp"
 #include "minimind/kv_cache.hpp"
 #include "minimind/tensor.hpp"
 

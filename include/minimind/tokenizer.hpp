@@ -38,11 +38,11 @@
 #include <nlohmann/json.hpp>
 
 #include "minimind/error.hpp"
-#include "minimind/tokenizer/added_tokens.hpp"
-#include "minimind/tokenizer/bpe.hpp"
-#include "minimind/tokenizer/byte_level.hpp"
-#include "minimind/tokenizer/json_fields.hpp"
-#include "minimind/tokenizer/unicode.hpp"
+#include "minimind/detail/tokenizer/added_tokens.hpp"
+#include "minimind/detail/tokenizer/bpe.hpp"
+#include "minimind/detail/tokenizer/byte_level.hpp"
+#include "minimind/detail/tokenizer/json_fields.hpp"
+#include "minimind/detail/tokenizer/unicode.hpp"
 
 namespace minimind {
 
@@ -420,4 +420,4 @@ class Tokenizer {
 }  // namespace minimind
 
 // StreamingDecoder belongs with the Tokenizer API; it lives in its own header.
-#include "minimind/tokenizer/streaming_decoder.hpp"
+#include "minimind/detail/tokenizer/streaming_decoder.hpp"

@@ -9,12 +9,12 @@
 // WeightArena (huge pages: decode reads them faster). Shapes are
 // checked here against the config, with the tensor's name and the config field in the message.
 #include "minimind/error.hpp"
-#include "minimind/io/safetensors.hpp"
-#include "minimind/kernels/bf16.hpp"
-#include "minimind/kernels/format.hpp"
-#include "minimind/kernels/q8.hpp"
+#include "minimind/detail/io/safetensors.hpp"
+#include "minimind/detail/kernels/bf16.hpp"
+#include "minimind/detail/kernels/format.hpp"
+#include "minimind/detail/kernels/q8.hpp"
 #include "minimind/tensor.hpp"
-#include "minimind/weight_arena.hpp"
+#include "minimind/detail/weight_arena.hpp"
 
 #include <Eigen/Core>
 

@@ -6,7 +6,7 @@
 #include "fuzz_support.hpp"
 
 #include <minimind/config.hpp>
-#include <minimind/io/safetensors.hpp>
+#include <minimind/detail/io/safetensors.hpp>
 #include <minimind/model.hpp>
 #include <minimind/rope.hpp>
 

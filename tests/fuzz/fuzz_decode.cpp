@@ -6,7 +6,7 @@
 // together they join to exactly decode's text.
 #include "fuzz_support.hpp"
 
-#include <minimind/tokenizer/unicode.hpp>
+#include <minimind/detail/tokenizer/unicode.hpp>
 
 #include <cstddef>
 #include <cstdint>

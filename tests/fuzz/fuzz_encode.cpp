@@ -4,7 +4,7 @@
 // cache) must give the same ids.
 #include "fuzz_support.hpp"
 
-#include <minimind/tokenizer/unicode.hpp>
+#include <minimind/detail/tokenizer/unicode.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -6,8 +6,8 @@
 // tensor's bytes lie inside the image or in a buffer of its own, sized numel * dtype size.
 #include "fuzz_support.hpp"
 
-#include <minimind/io/gguf.hpp>
-#include <minimind/io/gguf_model.hpp>
+#include <minimind/detail/io/gguf.hpp>
+#include <minimind/detail/io/gguf_model.hpp>
 #include <minimind/model.hpp>
 
 #include <cstddef>

@@ -7,8 +7,8 @@
 #include "fuzz_support.hpp"
 
 #include <minimind/checkpoint.hpp>
-#include <minimind/io/pickle.hpp>
-#include <minimind/io/pth.hpp>
+#include <minimind/detail/io/pickle.hpp>
+#include <minimind/detail/io/pth.hpp>
 #include <minimind/model.hpp>
 
 #include <cstddef>

@@ -8,7 +8,7 @@
 #include "fuzz_support.hpp"
 
 #include <minimind/generate.hpp>
-#include <minimind/io/safetensors.hpp>
+#include <minimind/detail/io/safetensors.hpp>
 #include <minimind/model.hpp>
 
 #include <algorithm>

@@ -5,7 +5,7 @@
 // reports as a crash with the input saved.
 #include <minimind/error.hpp>
 #include <minimind/tokenizer.hpp>
-#include <minimind/tokenizer/byte_level.hpp>
+#include <minimind/detail/tokenizer/byte_level.hpp>
 
 #include <nlohmann/json.hpp>
 

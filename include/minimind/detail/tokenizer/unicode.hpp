@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "minimind/error.hpp"
-#include "minimind/tokenizer/unicode_tables.hpp"
+#include "minimind/detail/tokenizer/unicode_tables.hpp"
 
 namespace minimind::unicode {
 

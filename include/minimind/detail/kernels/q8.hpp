@@ -8,7 +8,7 @@
 // costs as much accuracy as rounding the weights (on the golden cases top-1 agreement with f32
 // fell from 95.6% to 91.7%), while the int16 dot product costs the same two multiplies per block
 // as the u8 x s8 one (vpmaddwd twice against vpmaddubsw + vpmaddwd).
-#include "minimind/kernels/simd.hpp"
+#include "minimind/detail/kernels/simd.hpp"
 #include "minimind/tensor.hpp"
 
 #include <Eigen/Core>

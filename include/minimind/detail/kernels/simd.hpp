@@ -111,8 +111,8 @@ inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) { return hsum4(fold(
 }  // namespace minimind::kernels
 
 #if MINIMIND_NEON
-#include "minimind/kernels/neon.hpp"
+#include "minimind/detail/kernels/neon.hpp"
 #endif
 #if MINIMIND_WASM_SIMD
-#include "minimind/kernels/wasm_simd128.hpp"
+#include "minimind/detail/kernels/wasm_simd128.hpp"
 #endif

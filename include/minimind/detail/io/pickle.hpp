@@ -10,7 +10,7 @@
 // is refused with a minimind::Error naming the opcode or global and its byte offset. Nothing is
 // ever called, imported or executed: "calling" an allowed global just builds a record.
 #include "minimind/error.hpp"
-#include "minimind/io/byte_reader.hpp"
+#include "minimind/detail/io/byte_reader.hpp"
 
 #include <algorithm>
 #include <cstdint>

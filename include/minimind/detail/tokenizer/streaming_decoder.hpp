@@ -10,7 +10,7 @@
 #include <string>
 
 #include "minimind/tokenizer.hpp"
-#include "minimind/tokenizer/unicode.hpp"
+#include "minimind/detail/tokenizer/unicode.hpp"
 
 namespace minimind {
 

@@ -3,8 +3,8 @@
 // name to {dtype, shape, data_offsets}, then the data. Every number in the header is checked
 // against the file before any byte is read through it, because the header comes from strangers.
 #include "minimind/error.hpp"
-#include "minimind/io/json.hpp"
-#include "minimind/io/mapped_file.hpp"
+#include "minimind/detail/io/json.hpp"
+#include "minimind/detail/io/mapped_file.hpp"
 
 #include <algorithm>
 #include <cstdint>

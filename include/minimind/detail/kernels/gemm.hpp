@@ -15,10 +15,10 @@
 // of one X (q, k, v) with one pack and one dispatch.
 //
 // Without AVX2 the product falls back to Eigen's GEMM on widened panels.
-#include "minimind/kernels/bf16.hpp"
-#include "minimind/kernels/q8.hpp"
-#include "minimind/kernels/simd.hpp"
-#include "minimind/kernels/thread_pool.hpp"
+#include "minimind/detail/kernels/bf16.hpp"
+#include "minimind/detail/kernels/q8.hpp"
+#include "minimind/detail/kernels/simd.hpp"
+#include "minimind/detail/kernels/thread_pool.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/weights.hpp"
 

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "minimind/tokenizer/unicode.hpp"
+#include "minimind/detail/tokenizer/unicode.hpp"
 
 namespace minimind::added_tokens {
 

@@ -10,10 +10,10 @@
 // pairs). Tensor types: F32, F16 and BF16 are viewed in place; Q8_0 and Q4_0 are dequantized to
 // owned F32 buffers.
 #include "minimind/error.hpp"
-#include "minimind/io/gguf.hpp"
-#include "minimind/io/json.hpp"
-#include "minimind/io/safetensors.hpp"
-#include "minimind/tokenizer/unicode.hpp"
+#include "minimind/detail/io/gguf.hpp"
+#include "minimind/detail/io/json.hpp"
+#include "minimind/detail/io/safetensors.hpp"
+#include "minimind/detail/tokenizer/unicode.hpp"
 
 #include <cstring>
 #include <filesystem>

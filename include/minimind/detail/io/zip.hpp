@@ -4,7 +4,7 @@
 // the mapped file. torch always writes the zip64 end records, so those are read too. Compressed
 // or encrypted entries, multi-disk archives and entries reaching past the file are refused.
 #include "minimind/error.hpp"
-#include "minimind/io/byte_reader.hpp"
+#include "minimind/detail/io/byte_reader.hpp"
 
 #include <array>
 #include <cstddef>

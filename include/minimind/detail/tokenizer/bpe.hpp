@@ -29,8 +29,8 @@
 #include <utility>
 #include <vector>
 
-#include "minimind/tokenizer/json_fields.hpp"
-#include "minimind/tokenizer/unicode.hpp"
+#include "minimind/detail/tokenizer/json_fields.hpp"
+#include "minimind/detail/tokenizer/unicode.hpp"
 
 namespace minimind::bpe {
 

@@ -2,7 +2,7 @@
 // bfloat16 weights: the top 16 bits of a float32, so widening is a 16-bit shift and the products
 // are ordinary float32 FMAs. Half the bytes of f32 per token; rounding to bf16 keeps 8 bits of
 // mantissa (relative error below 2^-9).
-#include "minimind/kernels/simd.hpp"
+#include "minimind/detail/kernels/simd.hpp"
 #include "minimind/tensor.hpp"
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // float32 weights: y = W x for a row-major W [rows, cols], one row range at a time so a thread
 // pool can split the rows. Decode reads every weight once per token from memory: the loop is a
 // stream of loads with four independent FMA chains.
-#include "minimind/kernels/simd.hpp"
+#include "minimind/detail/kernels/simd.hpp"
 #include "minimind/tensor.hpp"
 
 namespace minimind::kernels::f32 {

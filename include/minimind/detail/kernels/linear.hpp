@@ -6,11 +6,11 @@
 //     the pool; bf16 and q8 rows are widened to f32 panels on the way in.
 // The plain Eigen product `x * W.matrix().transpose()` is the reference all of these are tested
 // against (tests/test_kernels*.cpp).
-#include "minimind/kernels/bf16.hpp"
-#include "minimind/kernels/f32.hpp"
-#include "minimind/kernels/gemm.hpp"
-#include "minimind/kernels/q8.hpp"
-#include "minimind/kernels/thread_pool.hpp"
+#include "minimind/detail/kernels/bf16.hpp"
+#include "minimind/detail/kernels/f32.hpp"
+#include "minimind/detail/kernels/gemm.hpp"
+#include "minimind/detail/kernels/q8.hpp"
+#include "minimind/detail/kernels/thread_pool.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/weights.hpp"
 

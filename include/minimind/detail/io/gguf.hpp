@@ -5,8 +5,8 @@
 // against the bytes left before anything is allocated or read, because the file comes from
 // strangers. What the tensors mean for MiniMind is gguf_model.hpp's business; this is the format.
 #include "minimind/error.hpp"
-#include "minimind/io/byte_reader.hpp"
-#include "minimind/io/mapped_file.hpp"
+#include "minimind/detail/io/byte_reader.hpp"
+#include "minimind/detail/io/mapped_file.hpp"
 
 #include <Eigen/Core>
 

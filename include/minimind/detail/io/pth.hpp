@@ -5,10 +5,10 @@
 // row-major run of its storage is viewed in place in the mapped file; any other strided view is
 // copied into an owned buffer. Float, Half and BFloat16 storages are supported.
 #include "minimind/error.hpp"
-#include "minimind/io/mapped_file.hpp"
-#include "minimind/io/pickle.hpp"
-#include "minimind/io/safetensors.hpp"
-#include "minimind/io/zip.hpp"
+#include "minimind/detail/io/mapped_file.hpp"
+#include "minimind/detail/io/pickle.hpp"
+#include "minimind/detail/io/safetensors.hpp"
+#include "minimind/detail/io/zip.hpp"
 
 #include <cstring>
 #include <filesystem>

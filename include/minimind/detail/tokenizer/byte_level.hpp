@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "minimind/tokenizer/unicode.hpp"
+#include "minimind/detail/tokenizer/unicode.hpp"
 
 namespace minimind::byte_level {
 

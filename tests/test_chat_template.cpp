@@ -10,6 +10,10 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -207,4 +211,43 @@ TEST_CASE("tojson is Python's json.dumps") {
   CHECK(tojson(object) == "{\"z\": [1, {\"b\": null, \"a\": true}], \"a\": \"é\x7f\\u0001\\\"\\\\/\\n\"}");
   CHECK(tojson(Json::object()) == "{}");
   CHECK(tojson(Json::array()) == "[]");
+}
+
+TEST_CASE("the printf route to the shortest digits gives std::to_chars's text") {
+  using minimind::detail::shortest_scientific_printf;
+  // Where the nearest 16-digit decimal does not read back but the one on the other side does:
+  // 2^-1017, whose lower neighbour is half as far as the upper (17 digits would be 7.1202363472230444e-307).
+  CHECK(shortest_scientific_printf(std::ldexp(1.0, -1017)) == "7.120236347223045e-307");
+  CHECK(shortest_scientific_printf(5e-324) == "5e-324");
+  CHECK(shortest_scientific_printf(-0.0) == "-0e+00");
+  CHECK(shortest_scientific_printf(1.7976931348623157e308) == "1.7976931348623157e+308");
+  CHECK(shortest_scientific_printf(9.5) == "9.5e+00");
+  CHECK(shortest_scientific_printf(0.3) == "3e-01");
+#if defined(__cpp_lib_to_chars)
+  // Every power of two and its neighbours (the asymmetric cases), then random bit patterns.
+  const auto same = [](double value) {
+    char buffer[64];
+    const auto end = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::scientific).ptr;
+    const std::string expected(buffer, end);
+    const std::string got = shortest_scientific_printf(value);
+    if (got != expected) FAIL_CHECK(got << " != " << expected);
+    return got == expected;
+  };
+  int mismatches = 0;
+  for (int e = -1074; e < 1024; ++e) {
+    const double power = std::ldexp(1.0, e);
+    mismatches += !same(power) + !same(std::nextafter(power, 0.0)) + !same(-std::nextafter(power, HUGE_VAL));
+  }
+  std::uint64_t state = 0x9e3779b97f4a7c15ULL;  // splitmix64
+  for (int i = 0; i < 100000; ++i) {
+    std::uint64_t bits = (state += 0x9e3779b97f4a7c15ULL);
+    bits = (bits ^ (bits >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    bits = (bits ^ (bits >> 27)) * 0x94d049bb133111ebULL;
+    bits ^= bits >> 31;
+    double value;
+    std::memcpy(&value, &bits, sizeof value);
+    if (std::isfinite(value)) mismatches += !same(value);
+  }
+  CHECK(mismatches == 0);
+#endif
 }

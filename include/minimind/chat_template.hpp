@@ -41,6 +41,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -102,14 +103,61 @@ inline std::uint64_t fnv1a64(std::string_view text) {
   return hash;
 }
 
+// The text of std::to_chars(value, chars_format::scientific) for a finite value: the shortest
+// digits that read back as `value` (the nearest such when several have that length), e.g.
+// "-1.25e+17", "5e-324". For standard libraries without float to_chars (emscripten 3.1.6's
+// libc++): the correctly rounded p-digit decimal for p = 1, 2, ... until one reads back; when it
+// does not, at a power of two (whose lower neighbour is half as far as the upper), the next
+// p-digit decimal on the other side of `value` may still. printf and strtod are exact in glibc
+// and musl; musl's (emscripten's) ignore the locale, and the tests run in the "C" locale.
+inline std::string shortest_scientific_printf(double value) {
+  char buffer[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof buffer, "%.*e", precision - 1, value);
+    const double nearest = std::strtod(buffer, nullptr);
+    if (nearest == value) return buffer;
+    // The other side: the p digits as an integer, one unit up or down, carried into the exponent.
+    std::string_view text(buffer);
+    const bool negative = text.front() == '-';
+    const std::size_t e = text.find('e');
+    std::uint64_t digits = 0;
+    for (char c : text.substr(0, e)) {
+      if (c >= '0' && c <= '9') digits = digits * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    int exponent = std::atoi(buffer + e + 1);
+    std::uint64_t low = 1;
+    for (int i = 1; i < precision; ++i) low *= 10;  // 10^(p-1), the smallest p-digit integer
+    const bool up = (nearest < value) != negative;
+    if (up && ++digits == low * 10) {
+      digits = low;
+      ++exponent;
+    } else if (!up && digits-- == low) {
+      digits = low * 10 - 1;
+      --exponent;
+    }
+    const std::string all = std::to_string(digits);
+    std::string other = negative ? "-" : "";
+    append(other, std::string_view(all).substr(0, 1), all.size() > 1 ? "." : "", std::string_view(all).substr(1));
+    const std::string magnitude = std::to_string(std::abs(exponent));
+    append(other, exponent < 0 ? "e-" : "e+", magnitude.size() < 2 ? "0" : "", magnitude);
+    if (std::strtod(other.c_str(), nullptr) == value) return other;
+  }
+  return buffer;  // 17 significant digits always read back
+}
+
 // Python's float repr: the shortest round-trip digits, in exponent form when the decimal exponent
 // is below -4 or at least 16, otherwise positional with at least one fractional digit.
 inline std::string python_float_repr(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
+#if defined(__cpp_lib_to_chars)
   char buffer[64];
   const auto result = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::scientific);
   std::string_view text(buffer, static_cast<std::size_t>(result.ptr - buffer));  // "-1.25e+17"
+#else
+  const std::string scientific = shortest_scientific_printf(value);
+  std::string_view text(scientific);
+#endif
   std::string out;
   if (text.front() == '-') {
     out += '-';

@@ -7,7 +7,7 @@
 // far smaller than 2 MiB, hence one arena for all of them rather than one mapping each.
 // The kernel may decline huge pages (THP disabled): the memory is then ordinary pages. Under
 // AddressSanitizer each piece is a separate allocation instead, so reads past a weight's end are
-// caught rather than landing in its neighbour.
+// caught rather than landing in its neighbour. Under emscripten the blocks come from the heap.
 #include "minimind/error.hpp"
 
 #include <sys/mman.h>
@@ -64,6 +64,13 @@ class WeightArena {
   // An anonymous mapping of `size` bytes starting on a 2 MiB boundary: map 2 MiB more, then
   // unmap the unaligned head and the tail.
   static std::shared_ptr<void> map_block(size_t size) {
+#if defined(__EMSCRIPTEN__)
+    // WebAssembly has one linear memory and no pages to advise; emscripten's mmap cannot unmap
+    // part of a mapping (the alignment trim below), so the block is a zeroed heap allocation.
+    void* block = ::operator new[](size, std::align_val_t{kAlign});
+    std::memset(block, 0, size);
+    return std::shared_ptr<void>(block, [](void* p) { ::operator delete[](p, std::align_val_t{kAlign}); });
+#else
     const size_t mapped = size + kHugePage;
     void* raw = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) {
@@ -80,6 +87,7 @@ class WeightArena {
     ::madvise(block, size, MADV_HUGEPAGE);  // advice only: failure leaves ordinary pages
 #endif
     return std::shared_ptr<void>(block, [size](void* p) { ::munmap(p, size); });
+#endif
   }
 
   // Unused under AddressSanitizer (one allocation per piece there).

@@ -1,7 +1,7 @@
 // minimind-server: an OpenAI-compatible HTTP API over one loaded model.
 //
-// The model is const and shared; each of --slots sessions (its own KV cache) serves one request at
-// a time. A request that finds every slot busy waits in a bounded FIFO queue; past --queue it gets
+// The model is const and shared; each of --slots slots serves one request at a time, on a session
+// (its own KV cache) that grows in blocks as the request's sequence does, up to --ctx. A request that finds every slot busy waits in a bounded FIFO queue; past --queue it gets
 // 503 at once. One scheduler thread advances every running request in one forward pass per step
 // (continuous batching); the HTTP connection's own thread turns its ids into text and sends them,
 // so a reply notices a closed connection at its next token and frees the slot at the next step.
@@ -336,30 +336,52 @@ class Connection {
   int fd_;
 };
 
+// Whether the client of a request has hung up. Its connection is found on first use: a request
+// answered at once never needs it.
+class ClientGone {
+ public:
+  explicit ClientGone(const httplib::Request& req) : req_(req) {}
+  bool operator()() {
+    if (!connection_) connection_ = Connection::of(req_);
+    return connection_->closed();
+  }
+
+ private:
+  const httplib::Request& req_;
+  std::optional<Connection> connection_;
+};
+
 // ---- Slots: sessions over the shared model, and the bounded queue in front of them ----
 
 class Slots {
  public:
-  Slots(const Model& model, int count, minimind::Index context, size_t max_queue) : max_queue_(max_queue) {
-    for (int i = 0; i < count; ++i) sessions_.push_back(model.new_session(context));
-    busy_.assign(sessions_.size(), false);
+  Slots(const Model& model, int count, minimind::Index first_context, size_t max_queue)
+      : model_(model), first_context_(first_context), max_queue_(max_queue) {
+    busy_.assign(static_cast<size_t>(count), false);
   }
 
-  // A slot held by one request; released when the request is done with it (or destroyed).
+  // A slot held by one request; released when the request is done with it (or destroyed). Its
+  // session is made on first use with one KV block, and grown by the scheduler as the sequence
+  // needs (an inspection holds a slot but no session); released with the slot.
   class Lease {
    public:
     Lease(Slots& owner, size_t index) : owner_(&owner), index_(index) {}
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
     ~Lease() { release(); }
-    Session& session() { return owner_->sessions_[index_]; }
+    Session& session() {
+      if (!session_) session_.emplace(owner_->model_.new_session(owner_->first_context_));
+      return *session_;
+    }
     void release() {
+      session_.reset();
       if (owner_) std::exchange(owner_, nullptr)->release(index_);
     }
 
    private:
     Slots* owner_;
     size_t index_;
+    std::optional<Session> session_;
   };
 
   // Takes a free slot, or waits in FIFO order behind earlier requests; 503 when the queue is full
@@ -371,7 +393,7 @@ class Slots {
       if (auto i = free_slot()) return take(*i);
     if (waiting_.size() >= max_queue_) {
       throw ApiError(503,
-                     "the server is busy: all " + std::to_string(sessions_.size()) + " slots are in use and " +
+                     "the server is busy: all " + std::to_string(busy_.size()) + " slots are in use and " +
                          std::to_string(waiting_.size()) + " requests are waiting (--queue " + std::to_string(max_queue_) +
                          "); retry later",
                      "server_error", std::nullopt, "server_overloaded");
@@ -403,7 +425,7 @@ class Slots {
   };
   Status status() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return {sessions_.size(), static_cast<size_t>(std::count(busy_.begin(), busy_.end(), false)), waiting_.size()};
+    return {busy_.size(), static_cast<size_t>(std::count(busy_.begin(), busy_.end(), false)), waiting_.size()};
   }
 
   static ApiError shutting_down() { return ApiError(503, "the server is shutting down", "server_error", std::nullopt, "shutting_down"); }
@@ -415,7 +437,6 @@ class Slots {
   }
   std::shared_ptr<Lease> take(size_t i) {
     busy_[i] = true;
-    sessions_[i].reset();
     return std::make_shared<Lease>(*this, i);
   }
   void release(size_t i) {
@@ -426,9 +447,10 @@ class Slots {
     changed_.notify_all();
   }
 
+  const Model& model_;
+  const minimind::Index first_context_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::vector<Session> sessions_;
   std::vector<bool> busy_;
   std::deque<uint64_t> waiting_;  // tickets in arrival order
   uint64_t next_ticket_ = 0;
@@ -446,12 +468,15 @@ class Slots {
 class Scheduler {
  public:
   static constexpr size_t kPrefillRows = 256;
+  // A session's KV cache grows in blocks of this many positions as its sequence advances, up to
+  // --ctx, so a slot holds what its request has used, not the worst case.
+  static constexpr minimind::Index kKvBlock = 256;
 
   // A request while it runs. The scheduler writes `ids`, `stop`, `error` and `finished`; the
   // request's thread reads them and may set `cancel`; all under the scheduler's mutex.
   struct Sequence {
-    Sequence(const Job& job_, Session& session_, int64_t vocab)
-        : job(&job_), session(&session_), sampler(job_.config, vocab, job_.prompt, session_.remaining() - static_cast<minimind::Index>(job_.prompt.size())) {}
+    Sequence(const Job& job_, Session& session_, int64_t vocab, minimind::Index context)
+        : job(&job_), session(&session_), sampler(job_.config, vocab, job_.prompt, context - static_cast<minimind::Index>(job_.prompt.size())) {}
     const Job* job;
     Session* session;
     minimind::SequenceSampler sampler;
@@ -463,7 +488,8 @@ class Scheduler {
     bool cancel = false, finished = false;
   };
 
-  explicit Scheduler(const Model& model) : model_(model), batch_(model), thread_([this] { loop(); }) {}
+  // `context`: the positions a sequence may reach (--ctx).
+  Scheduler(const Model& model, minimind::Index context) : model_(model), context_(context), batch_(model), thread_([this] { loop(); }) {}
   ~Scheduler() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -473,9 +499,9 @@ class Scheduler {
     thread_.join();
   }
 
-  // Starts `job` on `session` (reset); it joins the batch at the next step.
+  // Starts `job` on `session` (a fresh one); it joins the batch at the next step.
   std::shared_ptr<Sequence> start(const Job& job, Session& session) {
-    auto seq = std::make_shared<Sequence>(job, session, model_.config().vocab_size);
+    auto seq = std::make_shared<Sequence>(job, session, model_.config().vocab_size, context_);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       joining_.push_back(seq);
@@ -507,6 +533,7 @@ class Scheduler {
     std::vector<std::shared_ptr<Sequence>> running;
     // Per step: which running sequences were fed, and whether that ends their prompt.
     std::vector<Sequence*> fed;
+    std::vector<std::span<const int32_t>> feeds;
     std::vector<bool> samples;
     while (true) {
       {
@@ -530,6 +557,7 @@ class Scheduler {
       }
       if (running.empty()) continue;
       fed.clear();
+      feeds.clear();
       samples.clear();
       size_t prefill_budget = kPrefillRows;
       for (auto& seq : running) {
@@ -537,24 +565,30 @@ class Scheduler {
         if (seq->prefilled < prompt.size()) {
           const size_t chunk = std::min(prompt.size() - seq->prefilled, prefill_budget);
           if (chunk == 0) continue;
-          batch_.add(*seq->session, std::span<const int32_t>(prompt).subspan(seq->prefilled, chunk));
+          feeds.push_back(std::span<const int32_t>(prompt).subspan(seq->prefilled, chunk));
           seq->prefilled += chunk;
           prefill_budget -= chunk;
           samples.push_back(seq->prefilled == prompt.size());
         } else {
-          batch_.add(*seq->session, std::span<const int32_t>(&seq->last, 1));
+          feeds.push_back(std::span<const int32_t>(&seq->last, 1));
           samples.push_back(true);
         }
         fed.push_back(seq.get());
       }
       std::string error;
       try {
+        for (size_t i = 0; i < fed.size(); ++i) {
+          Session& session = *fed[i]->session;
+          const auto needed = session.position() + static_cast<minimind::Index>(feeds[i].size());
+          if (needed > session.context()) session.reserve(std::min(context_, (needed + kKvBlock - 1) / kKvBlock * kKvBlock));
+          batch_.add(session, feeds[i]);
+        }
         const auto logits = batch_.step();
         for (size_t i = 0; i < fed.size(); ++i) {
           if (!samples[i]) continue;
           Sequence& seq = *fed[i];
           seq.last = seq.sampler.next(logits.row(static_cast<minimind::Index>(i)).data());
-          seq.stop = seq.sampler.stop(seq.session->remaining());
+          seq.stop = seq.sampler.stop(context_ - seq.session->position());
         }
       } catch (const std::exception& e) {
         batch_.clear();
@@ -576,6 +610,7 @@ class Scheduler {
   }
 
   const Model& model_;
+  const minimind::Index context_;
   minimind::Batch<float> batch_;
   std::mutex mutex_;
   std::condition_variable work_, produced_;
@@ -602,8 +637,8 @@ class Server {
         template_(load_template(tokenizer_)),
         model_id_(std::move(model_id)),
         context_(context),
-        slots_(checkpoint.model, slots, context, max_queue),
-        scheduler_(checkpoint.model),
+        slots_(checkpoint.model, slots, std::min(context, Scheduler::kKvBlock), max_queue),
+        scheduler_(checkpoint.model, context),
         created_(std::time(nullptr)) {}
 
   void install(httplib::Server& http) {
@@ -661,17 +696,9 @@ class Server {
         prompt = parse_prompt(body, tokenizer_);
       }
       auto job = std::make_shared<Job>(parse_job(body, std::move(prompt), checkpoint_.generation, context_, checkpoint_.model.config().vocab_size));
-      // Found on first use: a request answered 503 at once never needs it.
-      std::optional<Connection> connection;
-      auto client_gone = [&] {
-        if (!connection) connection = Connection::of(req);
-        return connection->closed();
-      };
-      auto lease = slots_.acquire(client_gone);  // may wait, or throw 503
-      if (!lease) {
-        std::fprintf(stderr, "minimind-server: %s: client disconnected while queued\n", kind == Kind::Chat ? "chat" : "completion");
-        return send_error(res, ApiError(503, "the client closed the connection", "server_error"));  // read by no one
-      }
+      ClientGone client_gone(req);
+      auto lease = acquire(kind == Kind::Chat ? "chat" : "completion", client_gone, res);
+      if (!lease) return;
       const std::string id = new_id(kind);
       const auto created = static_cast<int64_t>(std::time(nullptr));
       if (job->stream) return stream(kind, job, lease, id, created, res);
@@ -702,8 +729,20 @@ class Server {
     }
   }
 
+  // A slot for the request (may wait, or throw 503); null, with a 503 sent, when the client hung up
+  // while queued.
+  std::shared_ptr<Slots::Lease> acquire(const char* what, ClientGone& client_gone, httplib::Response& res) {
+    auto lease = slots_.acquire(std::ref(client_gone));
+    if (!lease) {
+      std::fprintf(stderr, "minimind-server: %s: client disconnected while queued\n", what);
+      send_error(res, ApiError(503, "the client closed the connection", "server_error"));  // read by no one
+    }
+    return lease;
+  }
+
   // The page's Inspect tab: one forward pass over the raw prompt (no chat template), traced; the
-  // same JSON as `minimind-next --trace --json`. It runs on its own session, outside the slots.
+  // same JSON as `minimind-next --trace --json`. It holds a slot while it runs (so /health counts
+  // it, and the queue and its 503 apply), but runs on this thread, on a session of its own.
   void inspect(const httplib::Request& req, httplib::Response& res) {
     try {
       const Json body = parse_body(req);
@@ -724,6 +763,9 @@ class Server {
         throw bad_param("prompt", "the prompt has " + std::to_string(ids.size()) + " tokens, more than the " + std::to_string(limit) +
                                       (options.attention ? " an inspection with attention maps takes" : " of the context"));
       }
+      ClientGone client_gone(req);
+      const auto lease = acquire("inspect", client_gone, res);  // held until the reply is built
+      if (!lease) return;
       send_json(res, 200, minimind::trace(checkpoint_.model, ids, &tokenizer_, options).to_json());
     } catch (const ApiError& e) {
       send_error(res, e);
@@ -905,7 +947,8 @@ int run(int argc, char** argv) {
       .value("--port", "port to listen on; 0 picks a free one (default 8080)")
       .value("--slots", "requests generated at once, each with its own KV cache (default 4)")
       .value("--queue", "requests that may wait for a slot; more get 503 (default 16)")
-      .value("--ctx", "context length of each slot in tokens (default: max_position_embeddings, at most 4096)")
+      .value("--ctx", "context length of each slot in tokens (default: max_position_embeddings, at most " +
+                          std::to_string(Model::kDefaultContext) + ")")
       .value("--max-body", "largest request body in bytes; larger gets 413 (default 1048576)");
   if (!args.parse(argc, argv)) return 0;
   const std::string host = args.get_or("--host", "127.0.0.1");
@@ -921,7 +964,7 @@ int run(int argc, char** argv) {
   const auto dir = cli::model_dir(args);
   auto checkpoint = cli::load_checkpoint(args);
   const int64_t max_context = checkpoint.model.config().max_position_embeddings;
-  const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, 4096));
+  const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, Model::kDefaultContext));
   if (context < 2 || context > max_context) throw cli::UsageError("--ctx must be in [2, " + std::to_string(max_context) + "]");
   // The model's name in the API: its directory's, or a weights file's without the extension.
   const auto resolved = std::filesystem::weakly_canonical(dir);

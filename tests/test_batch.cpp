@@ -37,18 +37,27 @@ std::vector<int32_t> alone(const MiniMindForCausalLM<float>& model, const Plan& 
   return ids;
 }
 
-// Runs every plan in one Batch; a prompt is fed in chunks of at most `chunk` ids per step.
-void check_batched(const MiniMindForCausalLM<float>& model, const std::vector<Plan>& plans, Index chunk, double tolerance) {
+// Runs every plan in one Batch; a prompt is fed in chunks of at most `chunk` ids per step. With
+// `grow_block`, each session starts with that many positions and is grown, in multiples of it,
+// before each step that needs more (as minimind-server does); otherwise it holds 64 from the start.
+void check_batched(const MiniMindForCausalLM<float>& model, const std::vector<Plan>& plans, Index chunk, double tolerance,
+                   Index grow_block = 0) {
   const Index vocab = model.config().vocab_size;
   std::vector<std::vector<RowVector<float>>> expected(plans.size());
   std::vector<std::vector<int32_t>> expected_ids;
   for (size_t p = 0; p < plans.size(); ++p) expected_ids.push_back(alone(model, plans[p], expected[p]));
 
   std::vector<Session<float>> sessions;
-  for (size_t p = 0; p < plans.size(); ++p) sessions.push_back(model.new_session(64));
+  Batch<float> batch(model);
+  for (size_t p = 0; p < plans.size(); ++p) sessions.push_back(model.new_session(grow_block > 0 ? grow_block : 64));
+  auto add = [&](size_t p, std::span<const int32_t> new_ids) {
+    Session<float>& session = sessions[p];
+    const Index needed = session.position() + static_cast<Index>(new_ids.size());
+    if (grow_block > 0 && needed > session.context()) session.reserve((needed + grow_block - 1) / grow_block * grow_block);
+    batch.add(session, new_ids);
+  };
   std::vector<size_t> fed(plans.size(), 0);          // prompt ids already run
   std::vector<std::vector<int32_t>> ids(plans.size());  // generated so far
-  Batch<float> batch(model);
   double worst = 0;
   for (int step = 0;; ++step) {
     std::vector<size_t> members;
@@ -57,10 +66,10 @@ void check_batched(const MiniMindForCausalLM<float>& model, const std::vector<Pl
       if (step < plans[p].joins_at || done) continue;
       if (fed[p] < plans[p].prompt.size()) {
         const size_t n = std::min<size_t>(static_cast<size_t>(chunk), plans[p].prompt.size() - fed[p]);
-        batch.add(sessions[p], {plans[p].prompt.data() + fed[p], n});
+        add(p, {plans[p].prompt.data() + fed[p], n});
         fed[p] += n;
       } else {
-        batch.add(sessions[p], {&ids[p].back(), 1});
+        add(p, {&ids[p].back(), 1});
       }
       members.push_back(p);
     }
@@ -131,6 +140,19 @@ TEST_CASE("MoE blocks batch too") {
   c.moe_intermediate_size = 64;
   const auto model = MiniMindForCausalLM<float>::random(c, 5);
   check_batched(model, plans(5), 4, 1e-5);
+}
+
+TEST_CASE("sessions that start small and grow between steps keep what they cached") {
+  Config c = Config::minimind2_small();
+  c.num_hidden_layers = 2;
+  c.vocab_size = 256;
+  const auto model = MiniMindForCausalLM<float>::random(c, 7);
+  // Blocks of 3 positions: every sequence's cache is re-laid several times, mid-prompt and mid-decode.
+  check_batched(model, plans(8), 5, 1e-5, 3);
+  auto session = model.new_session(2);
+  CHECK_THROWS_WITH_AS(session.reserve(c.max_position_embeddings + 1), doctest::Contains("exceeds max_position_embeddings"), Error);
+  session.reserve(1);  // never shrinks
+  CHECK(session.context() == 2);
 }
 
 TEST_CASE("a batch refuses what does not fit, changing nothing") {

@@ -664,6 +664,8 @@ TEST_CASE("minimind-server: a full queue gives 503, a client that hangs up frees
   const Json overflow = post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 3}}, 503);
   check_error_body(overflow, "server_error", nullptr);
   CHECK(overflow["error"]["code"] == "server_overloaded");
+  // An inspection holds a slot as well, so it waits in (here: finds full) the same queue.
+  CHECK(post_json(server, "/v1/inspect", Json{{"prompt", "你好"}}, 503)["error"]["code"] == "server_overloaded");
 
   // A hangs up mid-stream: its slot goes to B at once, long before A's 2000 tokens.
   hang_up = true;

@@ -16,9 +16,23 @@ struct KVCache {
   Index capacity = 0;
 
   KVCache() = default;
-  KVCache(const Config& c, Index context) : capacity(context) {
-    k.assign(static_cast<size_t>(c.num_hidden_layers), MatrixRM<T>::Zero(c.num_key_value_heads * context, c.head_dim));
+  KVCache(const Config& c, Index context) : capacity(context), heads_(c.num_key_value_heads) {
+    k.assign(static_cast<size_t>(c.num_hidden_layers), MatrixRM<T>::Zero(heads_ * context, c.head_dim));
     v = k;
+  }
+
+  // Grows to hold `positions` (no-op if it already does), keeping the cached ones: each head's
+  // rows move to the new stride. Allocates and copies, so callers grow in large steps.
+  void grow(Index positions) {
+    if (positions <= capacity) return;
+    for (auto* layers : {&k, &v}) {
+      for (MatrixRM<T>& m : *layers) {
+        MatrixRM<T> grown = MatrixRM<T>::Zero(heads_ * positions, m.cols());
+        for (Index h = 0; h < heads_; ++h) grown.middleRows(h * positions, capacity) = m.middleRows(h * capacity, capacity);
+        m.swap(grown);
+      }
+    }
+    capacity = positions;
   }
 
   // Stores one position's k and v rows [kv_heads * head_dim] of `layer`.
@@ -38,6 +52,7 @@ struct KVCache {
   ConstMatrixMap<T> slice(const MatrixRM<T>& m, Index head, Index length) const {
     return {m.data() + head * capacity * m.cols(), length, m.cols()};
   }
+  Index heads_ = 0;
 };
 
 // Where one sequence's rows sit in a forward step that may hold several sequences: rows

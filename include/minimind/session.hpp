@@ -51,7 +51,8 @@ template <class T>
 class Session {
  public:
   // `context`: how many positions the cache holds (at most max_position_embeddings).
-  Session(const Config& config, Index context) : cache_(config, context), shape_(shape_of(config)) {
+  Session(const Config& config, Index context)
+      : cache_(config, context), shape_(shape_of(config)), max_context_(config.max_position_embeddings) {
     if (context <= 0 || context > config.max_position_embeddings) {
       throw Error("session context " + std::to_string(context) + " must be in [1, max_position_embeddings " +
                   std::to_string(config.max_position_embeddings) + "]");
@@ -60,7 +61,16 @@ class Session {
   }
 
   Index position() const { return position_; }  // how many positions are cached
-  Index context() const { return cache_.capacity; }
+  Index context() const { return cache_.capacity; }  // how many positions the cache holds
+  // Grows the cache to hold `context` positions (at most max_position_embeddings), keeping what
+  // it holds: a session may start small and grow as its sequence does (minimind-server grows
+  // each request's in blocks). Allocates, so not between the tokens of a decode loop that must not.
+  void reserve(Index context) {
+    if (context > max_context_) {
+      throw Error("session context " + std::to_string(context) + " exceeds max_position_embeddings " + std::to_string(max_context_));
+    }
+    cache_.grow(context);
+  }
   Index remaining() const { return cache_.capacity - position_; }
   // Forgets the sequence; the buffers stay allocated.
   void reset() { position_ = 0; }
@@ -96,6 +106,7 @@ class Session {
   ForwardScratch<T> scratch_;
   Index position_ = 0;
   Shape shape_;
+  Index max_context_;
 };
 
 }  // namespace minimind

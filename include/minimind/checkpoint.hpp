@@ -179,6 +179,7 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& path, const Check
   if (fs::is_directory(path)) {
     const auto config_path = path / "config.json";
     if (!fs::exists(config_path)) throw Error(config_path.string() + ": missing (every checkpoint directory needs config.json)");
+    c.config_json = io::read_json_file(config_path);  // first: a broken config.json is named before the weights
     const bool has_safetensors = fs::exists(path / "model.safetensors") || fs::exists(path / "model.safetensors.index.json");
     if (!has_safetensors && fs::exists(path / "pytorch_model.bin")) {
       c.format = CheckpointFormat::Pth;
@@ -186,7 +187,6 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& path, const Check
     } else {
       c.tensors = io::read_safetensors_checkpoint(path);
     }
-    c.config_json = io::read_json_file(config_path);
     config_source = config_path.string();
   } else {
     const std::string magic = first_bytes(path, 4);

@@ -6,7 +6,6 @@
 // -b N: batched decode, like llama.cpp's batched-bench: N sequences, each first given a short
 // prompt (untimed), then -n steps that each advance all N by one token in one forward pass
 // (Batch); the rate is the aggregate, N x n tokens over the steps' time.
-#include <minimind/checkpoint.hpp>
 #include <minimind/minimind.hpp>
 
 #include "cli.hpp"
@@ -169,7 +168,9 @@ int run(int argc, char** argv) {
   const auto threads_text = args.get("-t") ? args.get("-t") : args.get("--threads");
   for (const auto& t : split(threads_text.value_or(std::to_string(minimind::kernels::ThreadPool::default_threads())))) {
     const int64_t v = cli::parse_int(t, "-t");
-    if (v < 1 || v > 256) throw cli::UsageError("-t: thread count " + t + " must be in [1, 256]");
+    if (v < 1 || v > Model::kMaxThreads) {
+      throw cli::UsageError("-t: thread count " + t + " must be in [1, " + std::to_string(Model::kMaxThreads) + "]");
+    }
     thread_counts.push_back(static_cast<int>(v));
   }
   std::vector<int64_t> batch_sizes;
@@ -213,7 +214,7 @@ int run(int argc, char** argv) {
     const minimind::LoadOptions options{format, thread_counts.front()};
     const double rss_before = resident_mib();
     const auto load_start = Clock::now();
-    Model model = args.has("--model") ? minimind::load_model<float>(*args.get("--model"), options)
+    Model model = args.has("--model") ? Model::from_pretrained(*args.get("--model"), options)
                                       : Model::random(shape_config, 1, options);
     const double load_ms = seconds_since(load_start) * 1e3;
     const double rss_loaded = resident_mib();

@@ -22,7 +22,8 @@ int run(int argc, char** argv) {
   cli::sampling_flags(cli::model_flag(args))
       .value("--system", "system message")
       .toggle("--think", "on minimind-3: leave the think block open for reasoning")
-      .value("--ctx", "context length in tokens (default: max_position_embeddings, at most 4096)");
+      .value("--ctx", "context length in tokens (default: max_position_embeddings, at most " +
+                          std::to_string(minimind::MiniMindForCausalLM<float>::kDefaultContext) + ")");
   if (!args.parse(argc, argv)) return 0;
 
   const auto checkpoint = cli::load_checkpoint(args);
@@ -31,7 +32,7 @@ int run(int argc, char** argv) {
   const minimind::ChatTemplate chat_template(tokenizer.chat_template());
   minimind::GenerationConfig config = cli::apply_sampling_flags(args, checkpoint.generation);
   const int64_t max_context = model.config().max_position_embeddings;
-  const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, 4096));
+  const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, model.kDefaultContext));
   if (context < 2 || context > max_context) throw cli::UsageError("--ctx must be in [2, " + std::to_string(max_context) + "]");
 
   minimind::ChatOptions options;

@@ -158,40 +158,14 @@ inline int run(const char* program, const std::function<int()>& body) {
 }  // namespace cli
 
 // ---- Loading a checkpoint the same way in every program ----
-#include <minimind/chat_template.hpp>
-#include <minimind/checkpoint.hpp>
-#include <minimind/generate.hpp>
 #include <minimind/minimind.hpp>
-#include <minimind/tokenizer.hpp>
 
 #include <filesystem>
 
 namespace cli {
 
-// A checkpoint directory with what the programs need from it: the model, its tokenizer when the
-// directory has one, and the generation defaults.
-struct Checkpoint {
-  std::filesystem::path dir;
-  minimind::MiniMindForCausalLM<float> model;
-  std::optional<minimind::Tokenizer> tokenizer;
-  minimind::GenerationConfig generation;
-
-  // `dir` may also be a .safetensors, .pth or .gguf file (minimind::load_checkpoint); the
-  // tokenizer is a GGUF's own, else tokenizer.json beside the weights.
-  static Checkpoint load(const std::filesystem::path& dir, const minimind::LoadOptions& options = {}) {
-    const minimind::Checkpoint checkpoint = minimind::load_checkpoint(dir);
-    Checkpoint c{dir, minimind::MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors, options),
-                 checkpoint.tokenizer(), {}};
-    c.generation = minimind::GenerationConfig::from_pretrained(checkpoint.directory(), c.model.config(),
-                                                               c.tokenizer ? &*c.tokenizer : nullptr);
-    return c;
-  }
-
-  const minimind::Tokenizer& require_tokenizer() const {
-    if (!tokenizer) throw minimind::Error(dir.string() + ": no tokenizer (no tokenizer.json, no GGUF tokenizer metadata), so text prompts are not possible (use --ids)");
-    return *tokenizer;
-  }
-};
+// What the programs load: minimind::Pretrained (model, tokenizer, generation defaults).
+using Checkpoint = minimind::Pretrained<float>;
 
 // The --model flag every program shares; defaults to the demo model shipped in examples/models.
 inline Args& model_flag(Args& args) {
@@ -204,12 +178,15 @@ inline minimind::LoadOptions load_options(const Args& args) {
   minimind::LoadOptions options;
   options.format = minimind::parse_format(args.get_or("--dtype", "f32"));
   const int64_t threads = args.int_or("--threads", 0);
-  if (args.has("--threads") && (threads < 1 || threads > 1024)) throw UsageError("--threads must be in [1, 1024]");
+  constexpr int64_t kMax = minimind::MiniMindForCausalLM<float>::kMaxThreads;
+  if (args.has("--threads") && (threads < 1 || threads > kMax)) {
+    throw UsageError("--threads must be in [1, " + std::to_string(kMax) + "]");
+  }
   options.threads = static_cast<int>(threads);
   return options;
 }
 // The checkpoint named by --model, held as --dtype, run on --threads.
-inline Checkpoint load_checkpoint(const Args& args) { return Checkpoint::load(model_dir(args), load_options(args)); }
+inline Checkpoint load_checkpoint(const Args& args) { return minimind::load_pretrained<float>(model_dir(args), load_options(args)); }
 
 // The sampling flags of the generating programs, and how they override the checkpoint's defaults.
 inline Args& sampling_flags(Args& args) {

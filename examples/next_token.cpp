@@ -138,7 +138,7 @@ int run(int argc, char** argv) {
   const auto candidates = minimind::top_tokens(logits, top);
   if (args.has("--json")) {
     nlohmann::json j;
-    j["model"] = checkpoint.dir.string();
+    j["model"] = checkpoint.path.string();
     j["prompt_ids"] = ids;
     j["vocab_size"] = config.vocab_size;
     j["top"] = nlohmann::json::array();

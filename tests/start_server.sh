@@ -1,7 +1,8 @@
 # Sourced by the scripts that drive minimind-server from outside (openai_client/run.sh,
-# load/run.sh): start_server BUILD_DIR [flags] starts it on a free loopback port and sets
-# server_pid, server_url and server_work (its stdout/stderr); stop_server sends SIGTERM and
+# web/run.sh, load/run.sh): start_server BUILD_DIR [flags] starts it on a free loopback port and
+# sets server_pid, server_url and server_work (its stdout/stderr); stop_server sends SIGTERM and
 # returns the exit status. An EXIT trap kills a server still running and removes server_work.
+# npm_ci_once and stop_server_after are what the Node-driven tests share.
 
 start_server() {
   local build="$1"
@@ -32,4 +33,25 @@ stop_server() {
   local status=0
   wait "$server_pid" || status=$?
   return "$status"
+}
+
+# npm_ci_once DIR MODULE: installs DIR's packages, pinned by its package-lock.json, unless MODULE
+# is already there.
+npm_ci_once() {
+  if [ ! -d "$1/node_modules/$2" ]; then
+    (cd "$1" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
+
+# stop_server_after WHAT STATUS: stops the server and fails, showing its stderr, unless both the
+# client (WHAT, which exited with STATUS) and the server after SIGTERM exited 0.
+stop_server_after() {
+  local server_status=0
+  stop_server || server_status=$?
+  if [ "$2" -ne 0 ] || [ "$server_status" -ne 0 ]; then
+    echo "run.sh: $1 exit $2, server exit $server_status after SIGTERM (both must be 0)" >&2
+    echo "--- server stderr:" >&2
+    cat "$server_work/stderr" >&2
+    return 1
+  fi
 }

@@ -1,8 +1,9 @@
-// minimind::load_checkpoint / load_model (checkpoint.hpp): one entry point for a safetensors
+// minimind::load_checkpoint (checkpoint.hpp), and MiniMindForCausalLM::from_pretrained through it: one entry point for a safetensors
 // directory or file, a .pth state dict (config.json beside it, or inferred from the shapes, with
 // overrides for what shapes cannot tell) and a GGUF file (config and tokenizer from metadata).
 #include <doctest/doctest.h>
 #include <minimind/checkpoint.hpp>
+#include <minimind/model.hpp>
 
 #include "format_files.hpp"
 
@@ -28,11 +29,11 @@ TEST_CASE("a safetensors directory, and a .safetensors file with config.json bes
   CHECK(dir.format == CheckpointFormat::Safetensors);
   CHECK(dir.config.num_experts == 4);
   CHECK(dir.directory() == golden("mm3-moe"));
-  CHECK_FALSE(dir.tokenizer());
+  CHECK_FALSE(dir.tokenizer_json);
   const Checkpoint file = load_checkpoint(golden("mm3-moe") / "model.safetensors");
   CHECK(file.format == CheckpointFormat::Safetensors);
   CHECK(file.config_json == dir.config_json);
-  CHECK(max_diff_to(golden("mm3-moe"), load_model<float>(golden("mm3-moe") / "model.safetensors", one_thread())) == 0.0);
+  CHECK(max_diff_to(golden("mm3-moe"), MiniMindForCausalLM<float>::from_pretrained(golden("mm3-moe") / "model.safetensors", one_thread())) == 0.0);
 }
 
 TEST_CASE("a .pth with config.json beside it, and an HF directory holding pytorch_model.bin") {
@@ -42,12 +43,12 @@ TEST_CASE("a .pth with config.json beside it, and an HF directory holding pytorc
   const Checkpoint c = load_checkpoint(dir / "full_sft_512.pth");
   CHECK(c.format == CheckpointFormat::Pth);
   CHECK(c.config.num_attention_heads == 2);
-  CHECK(max_diff_to(golden("mm2-dense-f32"), load_model<float>(dir / "full_sft_512.pth", one_thread())) == 0.0);
+  CHECK(max_diff_to(golden("mm2-dense-f32"), MiniMindForCausalLM<float>::from_pretrained(dir / "full_sft_512.pth", one_thread())) == 0.0);
 
   std::filesystem::rename(dir / "full_sft_512.pth", dir / "pytorch_model.bin");
   const Checkpoint hf = load_checkpoint(dir);
   CHECK(hf.format == CheckpointFormat::Pth);
-  CHECK(max_diff_to(golden("mm2-dense-f32"), load_model<float>(dir, one_thread())) == 0.0);
+  CHECK(max_diff_to(golden("mm2-dense-f32"), MiniMindForCausalLM<float>::from_pretrained(dir, one_thread())) == 0.0);
 }
 
 TEST_CASE("a minimind-3 .pth without config.json: every dimension from the shapes") {
@@ -65,9 +66,9 @@ TEST_CASE("a minimind-3 .pth without config.json: every dimension from the shape
   CHECK(c.config.vocab_size == want.vocab_size);
   CHECK(c.config.tie_word_embeddings);  // lm_head.weight is stored, and is the embedding
   CHECK(c.tensors.contains("lm_head.weight"));
-  CHECK(max_diff_to(golden("mm3-dense"), load_model<float>(pth("mm3-dense-f32.pth"), one_thread())) == 0.0);
+  CHECK(max_diff_to(golden("mm3-dense"), MiniMindForCausalLM<float>::from_pretrained(pth("mm3-dense-f32.pth"), one_thread())) == 0.0);
   // Upstream's half-precision save of a minimind-3 model, likewise.
-  CHECK(max_diff_to(golden("f16"), load_model<float>(pth("f16.pth"), one_thread())) == 0.0);
+  CHECK(max_diff_to(golden("f16"), MiniMindForCausalLM<float>::from_pretrained(pth("f16.pth"), one_thread())) == 0.0);
 }
 
 TEST_CASE("what the shapes cannot tell comes from overrides") {
@@ -81,7 +82,7 @@ TEST_CASE("what the shapes cannot tell comes from overrides") {
   heads.config_overrides = {{"num_attention_heads", 2}};
   const Checkpoint given = load_checkpoint(pth("mm2-dense-f32.pth"), heads);
   CHECK(given.config.num_key_value_heads == 1);
-  CHECK(max_diff_to(golden("mm2-dense-f32"), load_model<float>(pth("mm2-dense-f32.pth"), one_thread(), heads)) == 0.0);
+  CHECK(max_diff_to(golden("mm2-dense-f32"), MiniMindForCausalLM<float>::from_pretrained(pth("mm2-dense-f32.pth"), one_thread(), heads)) == 0.0);
   // MoE: the expert count is in the shapes, top-k is not.
   CheckpointOptions top2;
   top2.config_overrides = {{"num_experts_per_tok", 2}};
@@ -102,21 +103,8 @@ TEST_CASE("a GGUF file: config, tensors and tokenizer from the one file") {
   CHECK(c.config.architecture == "LlamaForCausalLM");
   CHECK(c.config.vocab_size == 707);
   CHECK(c.config.eos_token_ids == std::vector<int64_t>{2});
-  const auto tok = c.tokenizer();
-  REQUIRE(tok);
-  CHECK(tok->encode("今天天气") == std::vector<int32_t>{308, 262, 262, 293});
-  CHECK(max_diff_to(golden("mm3-dense"), load_model<float>(gguf("mm3-dense-f32.gguf"), one_thread())) == 0.0);
-}
-
-TEST_CASE("a .pth finds tokenizer.json beside it") {
-  const auto dir = scratch_dir("checkpoint_pth_tokenizer");
-  std::filesystem::copy_file(pth("mm3-dense-f32.pth"), dir / "model.pth");
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-    std::filesystem::copy_file(source_dir() / "examples" / "models" / "demo" / f, dir / f);
-  }
-  const auto tok = load_checkpoint(dir / "model.pth").tokenizer();
-  REQUIRE(tok);
-  CHECK(tok->eos_id() == 2);
+  CHECK(c.tokenizer_json);
+  CHECK(max_diff_to(golden("mm3-dense"), MiniMindForCausalLM<float>::from_pretrained(gguf("mm3-dense-f32.gguf"), one_thread())) == 0.0);
 }
 
 TEST_CASE("what load_checkpoint refuses") {

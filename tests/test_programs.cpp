@@ -161,7 +161,8 @@ TEST_CASE("bad flags and values are one-line errors") {
   check_error(run_command(gen + " --prompt " + long_prompt), "minimind-generate", "context");
   check_error(run_command(program("minimind-chat") + " --ctx 0"), "minimind-chat", "--ctx");
   check_error(run_command(program("minimind-next") + " --prompt hi --dtype f64"), "minimind-next", "unknown weight format \"f64\"");
-  check_error(run_command(program("minimind-next") + " --prompt hi --threads 0"), "minimind-next", "--threads must be in [1, 1024]");
+  check_error(run_command(program("minimind-next") + " --prompt hi --threads 0"), "minimind-next", "--threads must be in [1, 256]");
+  check_error(run_command(program("minimind-next") + " --prompt hi --threads 257"), "minimind-next", "--threads must be in [1, 256]");
   check_error(run_command(gen + " --prompt hi --threads many"), "minimind-generate", "is not an integer");
 }
 
@@ -214,6 +215,7 @@ TEST_CASE("minimind-bench -b: one aggregate decode row per batch size, as a tabl
   CHECK(table.out.find("| batch |") != std::string::npos);
   CHECK(table.out.find("|     2 |    tg2 |") != std::string::npos);
   check_error(run_command(bench + " -b 0"), "minimind-bench", "-b: batch size 0 must be in [1, 1024]");
+  check_error(run_command(bench + " -t 1,257"), "minimind-bench", "-t: thread count 257 must be in [1, 256]");
   check_error(run_command(bench + " -b 2,x"), "minimind-bench", "-b: \"x\" is not an integer");
   check_error(run_command(program("minimind-bench") + " --shape minimind2-small -b 2 -n 0"), "minimind-bench", "-n must be at least 1");
 }

@@ -6,8 +6,9 @@
 //     or the dimensions inferred from the tensor shapes where they determine them;
 //   - a GGUF file: config and tokenizer from its metadata.
 // The format is recognised from the file's first bytes, not its name. load_checkpoint returns
-// the Config, the tensors under HF names, and the tokenizer when the checkpoint carries one;
-// load_model builds the model from them.
+// the Config, the tensors under HF names, and a GGUF's tokenizer metadata; it sits below the
+// model (MiniMindForCausalLM::from_pretrained reads every format through it) and above nothing
+// but the config and the file readers, so the model does not depend on the tokenizer.
 #include "minimind/config.hpp"
 #include "minimind/error.hpp"
 #include "minimind/detail/io/gguf.hpp"
@@ -15,8 +16,6 @@
 #include "minimind/detail/io/json.hpp"
 #include "minimind/detail/io/pth.hpp"
 #include "minimind/detail/io/safetensors.hpp"
-#include "minimind/model.hpp"
-#include "minimind/tokenizer.hpp"
 
 #include <cstring>
 #include <filesystem>
@@ -50,17 +49,6 @@ struct Checkpoint {
   // generation_config.json are looked for).
   std::filesystem::path directory() const {
     return std::filesystem::is_directory(path) ? path : path.parent_path().empty() ? "." : path.parent_path();
-  }
-
-  // The GGUF's own tokenizer, else tokenizer.json (+ tokenizer_config.json) in directory(); nullopt
-  // when there is neither.
-  std::optional<Tokenizer> tokenizer() const {
-    if (tokenizer_json) {
-      return Tokenizer::from_json(*tokenizer_json, path.string() + " (tokenizer metadata)",
-                                  tokenizer_config_json ? &*tokenizer_config_json : nullptr);
-    }
-    if (std::filesystem::exists(directory() / "tokenizer.json")) return Tokenizer::from_pretrained(directory());
-    return std::nullopt;
   }
 };
 
@@ -191,6 +179,7 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& path, const Check
   if (fs::is_directory(path)) {
     const auto config_path = path / "config.json";
     if (!fs::exists(config_path)) throw Error(config_path.string() + ": missing (every checkpoint directory needs config.json)");
+    c.config_json = io::read_json_file(config_path);  // first: a broken config.json is named before the weights
     const bool has_safetensors = fs::exists(path / "model.safetensors") || fs::exists(path / "model.safetensors.index.json");
     if (!has_safetensors && fs::exists(path / "pytorch_model.bin")) {
       c.format = CheckpointFormat::Pth;
@@ -198,7 +187,6 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& path, const Check
     } else {
       c.tensors = io::read_safetensors_checkpoint(path);
     }
-    c.config_json = io::read_json_file(config_path);
     config_source = config_path.string();
   } else {
     const std::string magic = first_bytes(path, 4);
@@ -233,14 +221,6 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& path, const Check
   c.config_json = with_overrides(std::move(c.config_json), options.config_overrides, config_source);
   c.config = Config::from_json(c.config_json, &c.tensors, config_source);
   return c;
-}
-
-// The model of any supported checkpoint, held as options.format says.
-template <class T>
-MiniMindForCausalLM<T> load_model(const std::filesystem::path& path, const LoadOptions& options = {},
-                                  const CheckpointOptions& checkpoint_options = {}) {
-  const Checkpoint c = load_checkpoint(path, checkpoint_options);
-  return MiniMindForCausalLM<T>::from_tensors(c.config, c.tensors, options);
 }
 
 }  // namespace minimind

@@ -10,6 +10,7 @@
 #include "minimind/generate.hpp"
 #include "minimind/model.hpp"
 #include "minimind/observer.hpp"
+#include "minimind/pretrained.hpp"
 #include "minimind/sampler.hpp"
 #include "minimind/session.hpp"
 #include "minimind/tokenizer.hpp"

@@ -10,10 +10,10 @@
 // writes through mutable_weight) are the exception: call them only while no other thread uses
 // the model.
 #include "minimind/block.hpp"
+#include "minimind/checkpoint.hpp"
 #include "minimind/config.hpp"
 #include "minimind/embedding.hpp"
 #include "minimind/error.hpp"
-#include "minimind/detail/io/safetensors.hpp"
 #include "minimind/detail/kernels/thread_pool.hpp"
 #include "minimind/kv_cache.hpp"
 #include "minimind/observer.hpp"
@@ -69,15 +69,12 @@ class MiniMindModel {
 template <class T>
 class MiniMindForCausalLM {
  public:
-  // Loads config.json and model.safetensors (or its sharded index) from an HF checkpoint directory.
-  static MiniMindForCausalLM from_pretrained(const std::filesystem::path& dir, const LoadOptions& options = {}) {
-    if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": not a checkpoint directory");
-    const auto config_path = dir / "config.json";
-    if (!std::filesystem::exists(config_path)) throw Error(config_path.string() + ": missing");
-    const io::Json json = io::read_json_file(config_path);
-    io::TensorTable tensors = io::read_safetensors_checkpoint(dir);
-    Config config = Config::from_json(json, &tensors, config_path.string());
-    return from_tensors(config, tensors, options);
+  // The model of any checkpoint load_checkpoint reads: an HF directory, or a .safetensors, .pth
+  // or .gguf file; held as options.format says.
+  static MiniMindForCausalLM from_pretrained(const std::filesystem::path& path, const LoadOptions& options = {},
+                                             const CheckpointOptions& checkpoint_options = {}) {
+    const Checkpoint checkpoint = load_checkpoint(path, checkpoint_options);
+    return from_tensors(checkpoint.config, checkpoint.tensors, options);
   }
 
   // Builds the model over an already-parsed tensor table (the weights keep its files alive).
@@ -97,6 +94,8 @@ class MiniMindForCausalLM {
 
   // Positions a session holds when none is asked for (at most max_position_embeddings).
   static constexpr Index kDefaultContext = 4096;
+  // The most threads one forward pass runs on (LoadOptions::threads, set_threads).
+  static constexpr int kMaxThreads = 256;
 
   // A fresh sequence state. `context` 0 means min(max_position_embeddings, kDefaultContext).
   Session<T> new_session(Index context = 0) const {
@@ -219,7 +218,10 @@ class MiniMindForCausalLM {
   // Threads one forward pass runs on; set_threads replaces the pool (not while a forward runs).
   int threads() const { return pool_ ? pool_->size() : 1; }
   void set_threads(int threads) {
-    if (threads <= 0) threads = kernels::ThreadPool::default_threads();
+    if (threads <= 0) threads = std::min(kernels::ThreadPool::default_threads(), kMaxThreads);
+    if (threads > kMaxThreads) {
+      throw Error("threads: " + std::to_string(threads) + " is more than " + std::to_string(kMaxThreads));
+    }
     if (threads == this->threads()) return;
     pool_ = threads > 1 ? std::make_shared<kernels::ThreadPool>(threads) : nullptr;
   }

@@ -8,9 +8,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd)"
 source "$here/../start_server.sh"
 
-if [ ! -d "$here/node_modules/puppeteer-core" ]; then
-  (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
-fi
+npm_ci_once "$here" puppeteer-core
 
 probability="$("$build/bin/minimind-next" --json --prompt 今天天气 |
   node -e 'const j = JSON.parse(require("fs").readFileSync(0, "utf8")); if (j.top[0].text !== "很") process.exit(1); console.log(j.top[0].probability)')"
@@ -18,12 +16,5 @@ probability="$("$build/bin/minimind-next" --json --prompt 今天天气 |
 start_server "$build" --slots 2
 page_status=0
 node "$here/page.mjs" "$server_url" "$probability" "$build/web-screenshot.png" || page_status=$?
-server_status=0
-stop_server || server_status=$?
-if [ "$page_status" -ne 0 ] || [ "$server_status" -ne 0 ]; then
-  echo "run.sh: page test exit $page_status, server exit $server_status after SIGTERM (both must be 0)" >&2
-  echo "--- server stderr:" >&2
-  cat "$server_work/stderr" >&2
-  exit 1
-fi
+stop_server_after "page test" "$page_status"
 echo "run.sh: web page in headless Chromium: ok"

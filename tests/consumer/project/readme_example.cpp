@@ -4,14 +4,16 @@
 
 int main(int argc, char** argv) {
   using namespace minimind;
-  const auto model = MiniMindForCausalLM<float>::from_pretrained(argv[1]);  // const: share it
-  const auto tokenizer = Tokenizer::from_pretrained(argv[1]);
+  // Any checkpoint: a directory, or a .safetensors/.pth/.gguf file.
+  const auto pretrained = load_pretrained<float>(argv[1]);
+  const auto& model = pretrained.model;                       // const: share it
+  const auto& tokenizer = pretrained.require_tokenizer();
   const ChatTemplate chat(tokenizer.chat_template());
   ChatOptions options;
   options.add_generation_prompt = true;
   const auto prompt = tokenizer.encode(chat.render({{"user", "你好"}}, options));
 
-  auto config = GenerationConfig::from_pretrained(argv[1], model.config(), &tokenizer);
+  auto config = pretrained.generation;                        // generation_config.json's defaults
   config.sampling.temperature = 0;                            // greedy
   auto session = model.new_session();                         // this sequence's KV cache
   generate_text(model, tokenizer, session, prompt, config, [](std::string_view text) {

@@ -26,7 +26,7 @@ int run(int argc, char** argv) {
                           std::to_string(minimind::MiniMindForCausalLM<float>::kDefaultContext) + ")");
   if (!args.parse(argc, argv)) return 0;
 
-  const auto checkpoint = cli::load_checkpoint(args);
+  const auto checkpoint = cli::load_pretrained(args);
   const auto& model = checkpoint.model;
   const auto& tokenizer = checkpoint.require_tokenizer();
   const minimind::ChatTemplate chat_template(tokenizer.chat_template());

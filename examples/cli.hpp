@@ -164,9 +164,6 @@ inline int run(const char* program, const std::function<int()>& body) {
 
 namespace cli {
 
-// What the programs load: minimind::Pretrained (model, tokenizer, generation defaults).
-using Checkpoint = minimind::Pretrained<float>;
-
 // The --model flag every program shares; defaults to the demo model shipped in examples/models.
 inline Args& model_flag(Args& args) {
   return args.value("--model", "checkpoint directory, or .safetensors/.pth/.gguf file (default: the demo model, " MINIMIND_DEMO_MODEL_DIR ")")
@@ -186,7 +183,7 @@ inline minimind::LoadOptions load_options(const Args& args) {
   return options;
 }
 // The checkpoint named by --model, held as --dtype, run on --threads.
-inline Checkpoint load_checkpoint(const Args& args) { return minimind::load_pretrained<float>(model_dir(args), load_options(args)); }
+inline minimind::Pretrained<float> load_pretrained(const Args& args) { return minimind::load_pretrained<float>(model_dir(args), load_options(args)); }
 
 // The sampling flags of the generating programs, and how they override the checkpoint's defaults.
 inline Args& sampling_flags(Args& args) {

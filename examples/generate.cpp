@@ -21,7 +21,7 @@ int run(int argc, char** argv) {
   if (args.has("--chat") && !args.has("--prompt")) throw cli::UsageError("--chat needs --prompt");
   if ((args.has("--system") || args.has("--think")) && !args.has("--chat")) throw cli::UsageError("--system and --think need --chat");
 
-  const auto checkpoint = cli::load_checkpoint(args);
+  const auto checkpoint = cli::load_pretrained(args);
   const auto& model = checkpoint.model;
   minimind::GenerationConfig config = cli::apply_sampling_flags(args, checkpoint.generation);
   config.ignore_eos = args.has("--ignore-eos");

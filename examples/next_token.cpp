@@ -75,7 +75,7 @@ int run(int argc, char** argv) {
   const int64_t top = args.int_or("--top", 5);
   if (top < 1) throw cli::UsageError("--top must be at least 1");
   if (args.has("--ids") && args.has("--prompt")) throw cli::UsageError("give --prompt or --ids, not both");
-  const auto checkpoint = cli::load_checkpoint(args);
+  const auto checkpoint = cli::load_pretrained(args);
   const auto& model = checkpoint.model;
   const auto& config = model.config();
 

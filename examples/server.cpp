@@ -631,7 +631,7 @@ struct Outcome {
 
 class Server {
  public:
-  Server(const cli::Checkpoint& checkpoint, std::string model_id, int slots, minimind::Index context, size_t max_queue)
+  Server(const minimind::Pretrained<float>& checkpoint, std::string model_id, int slots, minimind::Index context, size_t max_queue)
       : checkpoint_(checkpoint),
         tokenizer_(checkpoint.require_tokenizer()),
         template_(load_template(tokenizer_)),
@@ -895,7 +895,7 @@ class Server {
                  static_cast<long long>(o.completion_tokens), end);
   }
 
-  const cli::Checkpoint& checkpoint_;
+  const minimind::Pretrained<float>& checkpoint_;
   const minimind::Tokenizer& tokenizer_;
   std::string template_error_;
   const std::optional<minimind::ChatTemplate> template_;
@@ -962,7 +962,7 @@ int run(int argc, char** argv) {
   if (max_body < 1) throw cli::UsageError("--max-body must be >= 1");
 
   const auto dir = cli::model_dir(args);
-  auto checkpoint = cli::load_checkpoint(args);
+  auto checkpoint = cli::load_pretrained(args);
   const int64_t max_context = checkpoint.model.config().max_position_embeddings;
   const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, Model::kDefaultContext));
   if (context < 2 || context > max_context) throw cli::UsageError("--ctx must be in [2, " + std::to_string(max_context) + "]");

@@ -402,21 +402,21 @@ std::vector<DecodeTarget> compiled_decode_targets() {
   std::vector<DecodeTarget> targets;
 #if MINIMIND_AVX512
   // q8 has no 512-bit kernel (slower than the 256-bit one): AVX-512 builds run AVX2's.
-  targets.push_back({"avx512", k::f32::matvec_rows<k::f32::avx512::dot>, k::bf16::matvec_rows<k::bf16::avx512::dot>,
+  targets.push_back({"avx512", k::f32::matvec_rows<k::f32::dot<k::Avx512>>, k::bf16::matvec_rows<k::bf16::dot<k::Avx512>>,
                      k::q8::matvec_groups<k::q8::avx2::group>});
 #endif
 #if MINIMIND_AVX2
-  targets.push_back({"avx2", k::f32::matvec_rows<k::f32::avx2::dot>, k::bf16::matvec_rows<k::bf16::avx2::dot>,
+  targets.push_back({"avx2", k::f32::matvec_rows<k::f32::dot<k::Avx2>>, k::bf16::matvec_rows<k::bf16::dot<k::Avx2>>,
                      k::q8::matvec_groups<k::q8::avx2::group>});
 #endif
 #if MINIMIND_NEON
   // q8's row dot is NEON's there (q8::dot), under the same group loop as the plain one.
-  targets.push_back({"neon", k::f32::matvec_rows<k::f32::dot_128<k::neon::f32_dot>>,
-                     k::bf16::matvec_rows<k::bf16::dot_128<k::neon::bf16_dot>>, k::q8::matvec_groups<k::q8::scalar::group>});
+  targets.push_back({"neon", k::f32::matvec_rows<k::f32::dot<k::neon::Ops>>,
+                     k::bf16::matvec_rows<k::bf16::dot<k::neon::Ops>>, k::q8::matvec_groups<k::q8::scalar::group>});
 #endif
 #if MINIMIND_WASM_SIMD
-  targets.push_back({"wasm_simd128", k::f32::matvec_rows<k::f32::dot_128<k::wasm::f32_dot>>,
-                     k::bf16::matvec_rows<k::bf16::dot_128<k::wasm::bf16_dot>>, k::q8::matvec_groups<k::q8::scalar::group>});
+  targets.push_back({"wasm_simd128", k::f32::matvec_rows<k::f32::dot<k::wasm::Ops>>,
+                     k::bf16::matvec_rows<k::bf16::dot<k::wasm::Ops>>, k::q8::matvec_groups<k::q8::scalar::group>});
 #endif
   targets.push_back({"scalar", k::f32::matvec_rows<k::f32::scalar::dot>, k::bf16::matvec_rows<k::bf16::scalar::dot>,
                      k::q8::matvec_groups<k::q8::scalar::group>});
@@ -535,7 +535,7 @@ void check_128bit_dots(F32Dot f32_dot, Bf16Dot bf16_dot, Q8Dot q8_dot) {
 
 TEST_CASE("NEON dot products (aarch64) match the scalar references on every tail") {
 #if MINIMIND_NEON
-  check_128bit_dots(kernels::neon::f32_dot, kernels::neon::bf16_dot, kernels::neon::q8_dot);
+  check_128bit_dots(kernels::f32::dot<kernels::neon::Ops>, kernels::bf16::dot<kernels::neon::Ops>, kernels::neon::q8_dot);
   MESSAGE("ran: NEON kernels");
 #else
   MESSAGE("not run: NEON kernels (this build is not for aarch64)");
@@ -544,7 +544,7 @@ TEST_CASE("NEON dot products (aarch64) match the scalar references on every tail
 
 TEST_CASE("WebAssembly SIMD128 dot products match the scalar references on every tail") {
 #if MINIMIND_WASM_SIMD
-  check_128bit_dots(kernels::wasm::f32_dot, kernels::wasm::bf16_dot, kernels::wasm::q8_dot);
+  check_128bit_dots(kernels::f32::dot<kernels::wasm::Ops>, kernels::bf16::dot<kernels::wasm::Ops>, kernels::wasm::q8_dot);
   MESSAGE("ran: WebAssembly SIMD128 kernels");
 #else
   MESSAGE("not run: WebAssembly SIMD128 kernels (this build is not for wasm with -msimd128)");

@@ -8,7 +8,7 @@
 #include "minimind/error.hpp"
 #include "minimind/detail/kernels/linear.hpp"
 #include "minimind/tensor.hpp"
-#include "minimind/weights.hpp"
+#include "minimind/detail/kernels/weight.hpp"
 
 #include <cstdint>
 #include <span>

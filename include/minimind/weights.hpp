@@ -10,9 +10,7 @@
 // checked here against the config, with the tensor's name and the config field in the message.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/safetensors.hpp"
-#include "minimind/detail/kernels/bf16.hpp"
-#include "minimind/detail/kernels/format.hpp"
-#include "minimind/detail/kernels/q8.hpp"
+#include "minimind/detail/kernels/weight.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/detail/weight_arena.hpp"
 
@@ -33,149 +31,6 @@ namespace minimind {
 struct LoadOptions {
   WeightFormat format = WeightFormat::F32;  // of the matrices; norms always stay f32
   int threads = 0;                          // threads per forward pass; 0 = one per core
-};
-
-template <class T>
-class Weight {
- public:
-  // bf16 and q8 have float32 kernels only; a Weight<double> is always held as f32 (in double).
-  static constexpr bool kHasPackedFormats = std::is_same_v<T, float>;
-
-  Weight() = default;
-
-  // Takes ownership of a matrix (weights made in memory: tests, random benchmark shapes).
-  static Weight owned(MatrixRM<T> matrix) {
-    Weight w;
-    auto storage = std::make_shared<MatrixRM<T>>(std::move(matrix));
-    w.data_ = storage->data();
-    w.rows_ = storage->rows();
-    w.cols_ = storage->cols();
-    w.owner_ = std::move(storage);
-    w.is_view_ = false;
-    return w;
-  }
-  // Values [rows, cols] in a buffer of ours (a WeightArena piece) kept alive by `owner`.
-  static Weight owned(std::shared_ptr<const void> owner, T* data, Index rows, Index cols) {
-    Weight w = view(std::move(owner), data, rows, cols);
-    w.is_view_ = false;
-    return w;
-  }
-  static Weight view(std::shared_ptr<const void> owner, T* data, Index rows, Index cols) {
-    Weight w;
-    w.owner_ = std::move(owner);
-    w.data_ = data;
-    w.rows_ = rows;
-    w.cols_ = cols;
-    w.is_view_ = true;
-    return w;
-  }
-  // bfloat16 values [rows, cols] kept alive by `owner` (the mapped file, or an owned buffer).
-  static Weight bf16(std::shared_ptr<const void> owner, const uint16_t* data, Index rows, Index cols, bool is_view)
-    requires kHasPackedFormats
-  {
-    Weight w;
-    w.format_ = WeightFormat::BF16;
-    w.owner_ = std::move(owner);
-    w.bf16_ = data;
-    w.rows_ = rows;
-    w.cols_ = cols;
-    w.is_view_ = is_view;
-    return w;
-  }
-
-  // A copy of this f32 weight in `format` (itself when format is f32), its bytes from `arena`.
-  Weight to_format(WeightFormat format, WeightArena& arena) const {
-    if (format == format_) return *this;
-    if (format_ != WeightFormat::F32) throw Error("a weight can only be converted from f32");
-    if constexpr (!kHasPackedFormats) {
-      throw Error(std::string("weight format ") + format_name(format) + " needs a float model");
-    } else {
-      const Index n = rows_ * cols_;
-      if (format == WeightFormat::BF16) {
-        auto storage = arena.allocate(static_cast<size_t>(n) * 2);
-        auto* data = static_cast<uint16_t*>(storage.get());
-        for (Index i = 0; i < n; ++i) data[i] = kernels::bf16::from_float(data_[i]);
-        return bf16(std::move(storage), data, rows_, cols_, false);
-      }
-      const Index blocks = kernels::q8::blocks_for(cols_);
-      const auto q_bytes = static_cast<size_t>(rows_ * blocks * kernels::q8::kBlock);
-      auto storage = arena.allocate(q_bytes + static_cast<size_t>(rows_ * blocks) * 2);  // q, then the scales d
-      auto* q = static_cast<int8_t*>(storage.get());
-      auto* d = reinterpret_cast<uint16_t*>(q + q_bytes);
-      std::vector<int8_t> row(static_cast<size_t>(blocks * kernels::q8::kBlock));
-      for (Index r = 0; r < rows_; ++r) {
-        kernels::q8::quantize_row(data_ + r * cols_, cols_, row.data(), d + r * blocks);
-        for (Index b = 0; b < blocks; ++b) {
-          std::memcpy(q + kernels::q8::block_offset(rows_, blocks, r, b), row.data() + b * kernels::q8::kBlock, kernels::q8::kBlock);
-        }
-      }
-      Weight w;
-      w.format_ = WeightFormat::Q8;
-      w.q8_ = {q, d, rows_, cols_, blocks};
-      w.owner_ = std::move(storage);
-      w.rows_ = rows_;
-      w.cols_ = cols_;
-      return w;
-    }
-  }
-  // The same with an arena of its own (a weight made alone, as in tests).
-  Weight to_format(WeightFormat format) const {
-    WeightArena arena;
-    return to_format(format, arena);
-  }
-
-  WeightFormat format() const { return format_; }
-  // The f32 matrix; only for weights held as f32.
-  ConstMatrixMap<T> matrix() const { return {f32_data(), rows_, cols_}; }
-  // Writable: the storage is either ours or a private copy-on-write mapping of the file.
-  MatrixMap<T> mutable_matrix() { return {const_cast<T*>(f32_data()), rows_, cols_}; }
-  ConstVectorMap<T> vector() const { return {f32_data(), rows_ * cols_}; }
-  const T* data() const { return f32_data(); }
-  const uint16_t* bf16_data() const { return bf16_; }
-  const kernels::q8::View& q8_view() const { return q8_; }
-  Index rows() const { return rows_; }
-  Index cols() const { return cols_; }
-  size_t bytes() const {
-    switch (format_) {
-      case WeightFormat::F32: return static_cast<size_t>(rows_ * cols_) * sizeof(T);
-      case WeightFormat::BF16: return static_cast<size_t>(rows_ * cols_) * 2;
-      case WeightFormat::Q8: return static_cast<size_t>(rows_ * q8_.blocks) * (kernels::q8::kBlock + 2);
-    }
-    return 0;
-  }
-  // True when the weight is read in place from the checkpoint file.
-  bool is_view() const { return is_view_; }
-
-  // Row r widened to the compute type: out [cols].
-  void row_to(Index r, T* out) const {
-    if (format_ == WeightFormat::F32) {
-      std::memcpy(out, data_ + r * cols_, static_cast<size_t>(cols_) * sizeof(T));
-      return;
-    }
-    if constexpr (kHasPackedFormats) {
-      if (format_ == WeightFormat::BF16) {
-        for (Index c = 0; c < cols_; ++c) out[c] = kernels::bf16::to_float(bf16_[r * cols_ + c]);
-      } else {
-        kernels::q8::dequantize_row(q8_, r, out);
-      }
-    }
-  }
-
- private:
-  const T* f32_data() const {
-    if (format_ != WeightFormat::F32 && rows_ * cols_ > 0) {
-      throw Error(std::string("this weight is held as ") + format_name(format_) + ", not as f32");
-    }
-    return data_;
-  }
-
-  WeightFormat format_ = WeightFormat::F32;
-  std::shared_ptr<const void> owner_;
-  T* data_ = nullptr;              // f32
-  const uint16_t* bf16_ = nullptr;  // bf16
-  kernels::q8::View q8_;            // q8
-  Index rows_ = 0, cols_ = 0;
-  bool is_view_ = false;
 };
 
 // Turns checkpoint tensors into Weights of compute type T in the chosen format, checking each
@@ -248,7 +103,8 @@ class WeightLoader {
         return Weight<T>::view(t.owner, reinterpret_cast<T*>(t.bytes.data()), rows, cols);
       }
       if (format == WeightFormat::BF16 && t.dtype == io::Dtype::BF16 && address % 2 == 0) {
-        return Weight<T>::bf16(t.owner, reinterpret_cast<const uint16_t*>(t.bytes.data()), rows, cols, true);
+        return Weight<T>::template packed<kernels::bf16::Format>(
+            t.owner, {reinterpret_cast<const uint16_t*>(t.bytes.data()), rows, cols}, true);
       }
     }
     const std::byte* src = t.bytes.data();

@@ -1,12 +1,15 @@
 #pragma once
-// bfloat16 weights: the top 16 bits of a float32, so widening is a 16-bit shift and the products
-// are ordinary float32 FMAs. Half the bytes of f32 per token; rounding to bf16 keeps 8 bits of
-// mantissa (relative error below 2^-9).
+// bf16: 2 bytes per weight, the top 16 bits of a float32, so widening is a 16-bit shift and the
+// products are ordinary float32 FMAs. Half the bytes of f32 per token; rounding to bf16 keeps 8
+// bits of mantissa (relative error below 2^-9). Viewed in place when the checkpoint stores BF16.
+#include "minimind/detail/kernels/format.hpp"
 #include "minimind/detail/kernels/simd.hpp"
+#include "minimind/detail/weight_arena.hpp"
 #include "minimind/tensor.hpp"
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 namespace minimind::kernels::bf16 {
 
@@ -25,18 +28,14 @@ inline float to_float(uint16_t b) {
   return f;
 }
 
-#if MINIMIND_AVX2
-inline __m256 load8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-#endif
-
 // Widens `n` values.
 inline void to_float(const uint16_t* in, float* out, Index n) {
   Index i = 0;
+#if MINIMIND_AVX512
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, Avx512::load(in + i));
+#endif
 #if MINIMIND_AVX2
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load8(in + i));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Avx2::load(in + i));
 #endif
   for (; i < n; ++i) out[i] = to_float(in[i]);
 }
@@ -65,80 +64,54 @@ inline float dot(const uint16_t* w, const float* x, Index cols) {
 }
 }  // namespace scalar
 
-#if MINIMIND_AVX2
-namespace avx2 {
+// The dot product on vector target S (simd.hpp); the 128-bit targets take 8 weights a step.
+template <class S>
 inline float dot(const uint16_t* w, const float* x, Index cols) {
-  Index c = 0;
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (; c + 32 <= cols; c += 32) {
-    // The line 1 KiB ahead is asked for early: decode from DRAM got 6-7% faster (paired runs,
-    // median; 2 KiB and more ahead was slower; for f32 weights it is slower at any distance).
-    prefetch_ahead(w + c, 1024);
-    a0 = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), a0);
-    a1 = _mm256_fmadd_ps(load8(w + c + 8), _mm256_loadu_ps(x + c + 8), a1);
-    a2 = _mm256_fmadd_ps(load8(w + c + 16), _mm256_loadu_ps(x + c + 16), a2);
-    a3 = _mm256_fmadd_ps(load8(w + c + 24), _mm256_loadu_ps(x + c + 24), a3);
-  }
-  for (; c + 8 <= cols; c += 8) a0 = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), a0);
-  float sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  for (; c < cols; ++c) sum += to_float(w[c]) * x[c];
-  return sum;
+  return kernels::dot<S, S::kLanes == 4 ? 2 : 1, 1024>(w, x, cols, [](uint16_t v) { return to_float(v); });
 }
-}  // namespace avx2
-#endif
-
-#if MINIMIND_AVX512
-namespace avx512 {
-// 16 bf16 widened exactly (zero-extend, shift into the top half); lanes outside `m` are 0.
-inline __m512 load16(const uint16_t* p, __mmask16 m = 0xFFFF) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-}
-inline float dot(const uint16_t* w, const float* x, Index cols) {
-  Index c = 0;
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (; c + 64 <= cols; c += 64) {
-    prefetch_ahead(w + c, 1024);
-    prefetch_ahead(w + c, 1024 + 64);
-    a0 = _mm512_fmadd_ps(load16(w + c), _mm512_loadu_ps(x + c), a0);
-    a1 = _mm512_fmadd_ps(load16(w + c + 16), _mm512_loadu_ps(x + c + 16), a1);
-    a2 = _mm512_fmadd_ps(load16(w + c + 32), _mm512_loadu_ps(x + c + 32), a2);
-    a3 = _mm512_fmadd_ps(load16(w + c + 48), _mm512_loadu_ps(x + c + 48), a3);
-  }
-  for (; c + 16 <= cols; c += 16) a0 = _mm512_fmadd_ps(load16(w + c), _mm512_loadu_ps(x + c), a0);
-  if (c < cols) {  // the last 1-15: masked lanes load nothing (and never fault)
-    const __mmask16 m = static_cast<__mmask16>((1u << (cols - c)) - 1);
-    a1 = _mm512_fmadd_ps(load16(w + c, m), _mm512_maskz_loadu_ps(m, x + c), a1);
-  }
-  return hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-}  // namespace avx512
-#endif
-
-#if MINIMIND_NEON || MINIMIND_WASM_SIMD
-// A 128-bit target (kernels/neon.hpp, kernels/wasm_simd128.hpp): its kernel over whole vectors
-// of 8, the plain loop for the rest.
-template <float (*Vectors)(const uint16_t*, const float*, Index)>
-inline float dot_128(const uint16_t* w, const float* x, Index cols) {
-  Index c = cols / 8 * 8;
-  float sum = Vectors(w, x, c);
-  for (; c < cols; ++c) sum += to_float(w[c]) * x[c];
-  return sum;
-}
-#endif
 
 // The best target this build has (kernels::name()).
 inline void matvec(const uint16_t* w, Index cols, const float* x, float* y, Index begin, Index end) {
-#if MINIMIND_AVX512
-  matvec_rows<avx512::dot>(w, cols, x, y, begin, end);
-#elif MINIMIND_AVX2
-  matvec_rows<avx2::dot>(w, cols, x, y, begin, end);
-#elif MINIMIND_NEON
-  matvec_rows<dot_128<kernels::neon::bf16_dot>>(w, cols, x, y, begin, end);
-#elif MINIMIND_WASM_SIMD
-  matvec_rows<dot_128<kernels::wasm::bf16_dot>>(w, cols, x, y, begin, end);
+#ifdef MINIMIND_SIMD
+  matvec_rows<dot<Simd>>(w, cols, x, y, begin, end);
 #else
   matvec_rows<scalar::dot>(w, cols, x, y, begin, end);
 #endif
 }
+
+struct View {
+  const uint16_t* data = nullptr;
+  Index rows = 0, cols = 0;
+};
+
+// bf16 in the table of formats (format.hpp).
+struct Format {
+  static constexpr WeightFormat id = WeightFormat::BF16;
+  static constexpr const char* name = "bf16";
+  static constexpr bool kQuantizedInput = false;
+  using View = bf16::View;
+
+  static size_t bytes(Index rows, Index cols) { return static_cast<size_t>(rows * cols) * 2; }
+  static View convert(const float* data, Index rows, Index cols, WeightArena& arena, std::shared_ptr<const void>& owner) {
+    auto storage = arena.allocate(bytes(rows, cols));
+    auto* out = static_cast<uint16_t*>(storage.get());
+    for (Index i = 0; i < rows * cols; ++i) out[i] = from_float(data[i]);
+    owner = std::move(storage);
+    return {out, rows, cols};
+  }
+  static void row_to(const View& w, Index r, float* out) { to_float(w.data + r * w.cols, out, w.cols); }
+  static void matvec(const View& w, const DecodeInput& in, float* y, Index begin, Index end) {
+    bf16::matvec(w.data, w.cols, in.x, y, begin, end);
+  }
+  // Rows [r, r + mr), columns [k0, k0 + kc) widened into buf [mr, kc].
+  static const float* block(const View& w, Index r, Index mr, Index k0, Index kc, float* buf, Index& stride) {
+    for (Index i = 0; i < mr; ++i) to_float(w.data + (r + i) * w.cols + k0, buf + i * kc, kc);
+    stride = kc;
+    return buf;
+  }
+  static BlockLines lines(const View& w, Index r, Index mr, Index k0, Index kc) {
+    return dense_lines(w.data, 2, w.cols, r, mr, k0, kc);
+  }
+};
 
 }  // namespace minimind::kernels::bf16

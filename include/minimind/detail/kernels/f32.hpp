@@ -1,9 +1,13 @@
 #pragma once
-// float32 weights: y = W x for a row-major W [rows, cols], one row range at a time so a thread
-// pool can split the rows. Decode reads every weight once per token from memory: the loop is a
-// stream of loads with four independent FMA chains.
+// f32: 4 bytes per weight; viewed in place in the checkpoint when it is stored as F32.
+// y = W x for a row-major W [rows, cols], one row range at a time so a thread pool can split the
+// rows. Decode reads every weight once per token from memory: the loop is a stream of loads with
+// four independent FMA chains (kernels::dot, simd.hpp).
+#include "minimind/detail/kernels/format.hpp"
 #include "minimind/detail/kernels/simd.hpp"
 #include "minimind/tensor.hpp"
+
+#include <cstring>
 
 namespace minimind::kernels::f32 {
 
@@ -32,71 +36,49 @@ inline float dot(const float* w, const float* x, Index cols) {
 }
 }  // namespace scalar
 
-#if MINIMIND_AVX2
-namespace avx2 {
+// The dot product on vector target S (simd.hpp).
+template <class S>
 inline float dot(const float* w, const float* x, Index cols) {
-  Index c = 0;
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (; c + 32 <= cols; c += 32) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c), _mm256_loadu_ps(x + c), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 8), _mm256_loadu_ps(x + c + 8), a1);
-    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 16), _mm256_loadu_ps(x + c + 16), a2);
-    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 24), _mm256_loadu_ps(x + c + 24), a3);
-  }
-  for (; c + 8 <= cols; c += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c), _mm256_loadu_ps(x + c), a0);
-  float sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  for (; c < cols; ++c) sum += w[c] * x[c];
-  return sum;
+  return kernels::dot<S, 1, 0>(w, x, cols, [](float v) { return v; });
 }
-}  // namespace avx2
-#endif
-
-#if MINIMIND_AVX512
-namespace avx512 {
-inline float dot(const float* w, const float* x, Index cols) {
-  Index c = 0;
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (; c + 64 <= cols; c += 64) {
-    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c), _mm512_loadu_ps(x + c), a0);
-    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c + 16), _mm512_loadu_ps(x + c + 16), a1);
-    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c + 32), _mm512_loadu_ps(x + c + 32), a2);
-    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c + 48), _mm512_loadu_ps(x + c + 48), a3);
-  }
-  for (; c + 16 <= cols; c += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c), _mm512_loadu_ps(x + c), a0);
-  if (c < cols) {  // the last 1-15: masked lanes load nothing (and never fault)
-    const __mmask16 m = static_cast<__mmask16>((1u << (cols - c)) - 1);
-    a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + c), _mm512_maskz_loadu_ps(m, x + c), a1);
-  }
-  return hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-}  // namespace avx512
-#endif
-
-#if MINIMIND_NEON || MINIMIND_WASM_SIMD
-// A 128-bit target (kernels/neon.hpp, kernels/wasm_simd128.hpp): its kernel over whole vectors
-// of 4, the plain loop for the rest.
-template <float (*Vectors)(const float*, const float*, Index)>
-inline float dot_128(const float* w, const float* x, Index cols) {
-  Index c = cols / 4 * 4;
-  float sum = Vectors(w, x, c);
-  for (; c < cols; ++c) sum += w[c] * x[c];
-  return sum;
-}
-#endif
 
 // The best target this build has (kernels::name()).
 inline void matvec(const float* w, Index cols, const float* x, float* y, Index begin, Index end) {
-#if MINIMIND_AVX512
-  matvec_rows<avx512::dot>(w, cols, x, y, begin, end);
-#elif MINIMIND_AVX2
-  matvec_rows<avx2::dot>(w, cols, x, y, begin, end);
-#elif MINIMIND_NEON
-  matvec_rows<dot_128<kernels::neon::f32_dot>>(w, cols, x, y, begin, end);
-#elif MINIMIND_WASM_SIMD
-  matvec_rows<dot_128<kernels::wasm::f32_dot>>(w, cols, x, y, begin, end);
+#ifdef MINIMIND_SIMD
+  matvec_rows<dot<Simd>>(w, cols, x, y, begin, end);
 #else
   matvec_rows<scalar::dot>(w, cols, x, y, begin, end);
 #endif
 }
+
+struct View {
+  const float* data = nullptr;
+  Index rows = 0, cols = 0;
+};
+
+// f32 in the table of formats (format.hpp).
+struct Format {
+  static constexpr WeightFormat id = WeightFormat::F32;
+  static constexpr const char* name = "f32";
+  static constexpr bool kQuantizedInput = false;
+  using View = f32::View;
+  // No convert(): f32 is what the others are converted from.
+
+  static size_t bytes(Index rows, Index cols) { return static_cast<size_t>(rows * cols) * sizeof(float); }
+  static void row_to(const View& w, Index r, float* out) {
+    std::memcpy(out, w.data + r * w.cols, static_cast<size_t>(w.cols) * sizeof(float));
+  }
+  static void matvec(const View& w, const DecodeInput& in, float* y, Index begin, Index end) {
+    f32::matvec(w.data, w.cols, in.x, y, begin, end);
+  }
+  // The GEMM reads f32 rows in place: rows [r, r + mr), columns from k0, `stride` apart.
+  static const float* block(const View& w, Index r, Index, Index k0, Index, float*, Index& stride) {
+    stride = w.cols;
+    return w.data + r * w.cols + k0;
+  }
+  static BlockLines lines(const View& w, Index r, Index mr, Index k0, Index kc) {
+    return dense_lines(w.data, 4, w.cols, r, mr, k0, kc);
+  }
+};
 
 }  // namespace minimind::kernels::f32

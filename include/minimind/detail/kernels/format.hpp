@@ -1,34 +1,40 @@
 #pragma once
-// The formats a weight matrix can be held in, chosen when a model is loaded.
-//   f32   4 bytes per weight; viewed in place in the checkpoint when it is stored as F32.
-//   bf16  2 bytes per weight (the top half of a float32); widened with one shift and multiplied
-//         in float32. Viewed in place when the checkpoint stores BF16.
-//   q8    int8 in blocks of 32 along each row with one float16 scale per block (like ggml's
-//         Q8_0): 34 bytes per 32 weights. Products are integer dot products against activations
-//         quantized the same way, scaled back to float per block.
-#include "minimind/error.hpp"
+// The formats a weight matrix can be held in, chosen when a model is loaded, and what every
+// format's operations share. Each format is one file (f32.hpp, bf16.hpp, q8.hpp) that ends in its
+// `Format` traits: its name, bytes, conversion from f32, row widening (embedding lookup), the
+// decode matrix-vector product, and the GEMM's block of widened rows and their cache lines.
+// formats.hpp lists them; linear, gemm, Weight and the loader go through that list only.
+#include "minimind/tensor.hpp"
 
-#include <string>
-#include <string_view>
+#include <cstdint>
 
 namespace minimind {
 
+// One value per format in formats.hpp's list, in the same order.
 enum class WeightFormat { F32, BF16, Q8 };
 
-inline const char* format_name(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::F32: return "f32";
-    case WeightFormat::BF16: return "bf16";
-    case WeightFormat::Q8: return "q8";
-  }
-  return "?";
+namespace kernels {
+
+// The activations of one position for a decode product: x, and when some format in the product
+// multiplies quantized activations (Format::kQuantizedInput), x quantized in q8 blocks.
+struct DecodeInput {
+  const float* x = nullptr;
+  const int16_t* xq = nullptr;
+  const float* xd = nullptr;
+};
+
+// Where the bytes of a block of weight rows lie, for the GEMM to ask for them ahead: `rows` runs
+// of `lines_per_row` cache lines from `first`, `row_bytes` apart. Empty: left to the hardware.
+struct BlockLines {
+  const char* first = nullptr;
+  Index row_bytes = 0, rows = 0, lines_per_row = 0;
+};
+
+// Rows [r, r + mr), columns [k0, k0 + kc) of a row-major matrix of `size`-byte elements; one line
+// more per row for a row that does not start on a line.
+inline BlockLines dense_lines(const void* data, Index size, Index cols, Index r, Index mr, Index k0, Index kc) {
+  return {static_cast<const char*>(data) + (r * cols + k0) * size, cols * size, mr, (kc * size + 63) / 64 + 1};
 }
 
-inline WeightFormat parse_format(std::string_view name) {
-  if (name == "f32") return WeightFormat::F32;
-  if (name == "bf16") return WeightFormat::BF16;
-  if (name == "q8") return WeightFormat::Q8;
-  throw Error("unknown weight format \"" + std::string(name) + "\" (use f32, bf16 or q8)");
-}
-
+}  // namespace kernels
 }  // namespace minimind

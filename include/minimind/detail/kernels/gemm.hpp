@@ -7,7 +7,7 @@
 // rows and multiplies two vectors of Xp. With AVX-512 the tile is 12 x 32 (24 zmm accumulators),
 // with AVX2 6 x 16 (12 ymm). f32 weights are read in place; bf16 and q8
 // rows are widened, R rows x KC columns at a time, into a small per-thread buffer that stays in
-// L1. The result is accumulated in a per-thread transposed tile buffer (rows x positions, so
+// L1 (Format::block, formats.hpp). The result is accumulated in a per-thread transposed tile buffer (rows x positions, so
 // tile stores are whole vectors) over blocks of KC columns, and transposed into Y at the end.
 // Weight rows are split across the thread pool in chunks of 48 that the threads take as they
 // finish, so every weight is read from memory once; while a block of R rows is multiplied with the
@@ -15,12 +15,11 @@
 // of one X (q, k, v) with one pack and one dispatch.
 //
 // Without AVX2 the product falls back to Eigen's GEMM on widened panels.
-#include "minimind/detail/kernels/bf16.hpp"
-#include "minimind/detail/kernels/q8.hpp"
+#include "minimind/detail/kernels/formats.hpp"
 #include "minimind/detail/kernels/simd.hpp"
 #include "minimind/detail/kernels/thread_pool.hpp"
+#include "minimind/detail/kernels/weight.hpp"
 #include "minimind/tensor.hpp"
-#include "minimind/weights.hpp"
 
 #include <Eigen/Core>
 
@@ -59,49 +58,6 @@ inline constexpr Index kChunkRows = 48;  // weight rows a thread takes at a time
 
 inline void ensure(AlignedFloats& v, Index n) {
   if (static_cast<Index>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
-
-// Widens weight rows [r, r + mr), columns [k0, k0 + kc) into out [mr, kc].
-inline void widen_block(const Weight<float>& w, Index r, Index mr, Index k0, Index kc, float* out) {
-  const Index cols = w.cols();
-  for (Index i = 0; i < mr; ++i) {
-    if (w.format() == WeightFormat::BF16) {
-      const uint16_t* in = w.bf16_data() + (r + i) * cols + k0;
-      Index j = 0;
-#if MINIMIND_GEMM_AVX512
-      for (; j + 16 <= kc; j += 16) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + j));
-        _mm512_storeu_ps(out + i * kc + j, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
-      }
-#endif
-      bf16::to_float(in + j, out + i * kc + j, kc - j);
-    } else {
-      // q8: k0 and kc are multiples of 32 except at the end of the row.
-      const q8::View& v = w.q8_view();
-      const uint16_t* d = v.d + (r + i) * v.blocks;
-      for (Index c = 0; c < kc; c += q8::kBlock) {
-        const Index b = (k0 + c) / q8::kBlock, len = std::min(q8::kBlock, kc - c);
-        const float scale = q8::half_to_float(d[b]);
-        const int8_t* q = q8::block_ptr(v, r + i, b) - (k0 + c);  // q[k0 + c + j] for j in the block
-        Index j = 0;
-#if MINIMIND_GEMM_AVX512
-        const __m512 s16 = _mm512_set1_ps(scale);
-        for (; j + 16 <= len; j += 16) {
-          const __m128i b16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k0 + c + j));
-          _mm512_storeu_ps(out + i * kc + c + j, _mm512_mul_ps(s16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b16))));
-        }
-#endif
-#if MINIMIND_AVX2
-        const __m256 s = _mm256_set1_ps(scale);
-        for (; j + 8 <= len; j += 8) {
-          const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k0 + c + j));
-          _mm256_storeu_ps(out + i * kc + c + j, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8))));
-        }
-#endif
-        for (; j < len; ++j) out[i * kc + c + j] = scale * static_cast<float>(q[k0 + c + j]);
-      }
-    }
-  }
 }
 
 #if MINIMIND_GEMM_AVX512
@@ -226,9 +182,7 @@ inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, con
 
 // The cache lines of a block of weight rows, asked for a few at a time (the last line of the
 // last row may lie past the matrix: prefetch_ahead takes an address, and never faults).
-struct NextBlock {
-  const char* first = nullptr;
-  Index row_bytes = 0, rows = 0, lines_per_row = 0;
+struct NextBlock : BlockLines {
   Index row = 0, line = 0;  // the next line to ask for, counted (a division per line was a hot spot)
   Index lines() const { return rows * lines_per_row; }
   void ask(Index count) {
@@ -238,24 +192,6 @@ struct NextBlock {
     }
   }
 };
-
-// Rows [r, r + mr), columns [k0, k0 + kc) of the matrix. q8 rows in whole groups of four (see
-// q8::View) hold those columns as one run per group; other q8 rows are left to the hardware.
-inline NextBlock next_block(const Weight<float>& w, Index r, Index mr, Index k0, Index kc) {
-  if (w.format() == WeightFormat::Q8) {
-    const q8::View& v = w.q8_view();
-    if (r % q8::kGroup != 0 || mr % q8::kGroup != 0 || r + mr > v.rows / q8::kGroup * q8::kGroup) return {};
-    const Index run = q8::kGroup * kc;  // bytes of one group's blocks in [k0, k0 + kc)
-    return {reinterpret_cast<const char*>(q8::block_ptr(v, r, k0 / q8::kBlock)), q8::kGroup * v.blocks * q8::kBlock,
-            mr / q8::kGroup, (run + 63) / 64 + 1};
-  }
-  const Index size = w.format() == WeightFormat::F32 ? 4 : w.format() == WeightFormat::BF16 ? 2 : 0;
-  if (size == 0) return {};
-  const char* base = w.format() == WeightFormat::F32 ? reinterpret_cast<const char*>(w.data())
-                                                     : reinterpret_cast<const char*>(w.bf16_data());
-  // One line more per row for a row that does not start on a line.
-  return {base + (r * w.cols() + k0) * size, w.cols() * size, mr, (kc * size + 63) / 64 + 1};
-}
 
 // 8x8 transpose of rows src[i * src_stride + 0..8) into dst[j * dst_stride + 0..8).
 inline void transpose8(const float* src, Index src_stride, float* dst, Index dst_stride) {
@@ -329,17 +265,20 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
   using namespace gemm_detail;
   if (products.empty() || n <= 0) return;
   const Index cols = products.front().w->cols();
-  const bool q8_input = products.front().w->format() == WeightFormat::Q8;
+  auto quantized = [](const GemmProduct& product) {
+    return with_format(product.w->format(), []<class F>() { return F::kQuantizedInput; });
+  };
+  const bool q8_input = quantized(products.front());
   for (const GemmProduct& product : products) {
-    if ((product.w->format() == WeightFormat::Q8) != q8_input) {  // q8 and others want different inputs
+    if (quantized(product) != q8_input) {  // they want different inputs
       for (const GemmProduct& one : products) gemm_each(x, x_stride, n, {&one, 1}, scratch, pool);
       return;
     }
   }
   const int threads = pool ? pool->size() : 1;
 
-  // q8: the activations first go through the same per-block rounding as in the matrix-vector
-  // kernel, so prefill and decode compute the same function.
+  // Formats with quantized input: the activations first go through the same per-block rounding
+  // as in the matrix-vector kernel, so prefill and decode compute the same function.
   if (q8_input) {
     const Index blocks = q8::blocks_for(cols);
     scratch.xq.resize(static_cast<size_t>(blocks * q8::kBlock));
@@ -368,42 +307,34 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
   };
   // Rows [r0, r1) of one product, on thread t.
   auto compute = [&](const GemmProduct& product, Index r0, Index r1, int t) {
-    const Weight<float>& w = *product.w;
-    AlignedFloats& ct = scratch.ct[static_cast<size_t>(t)];
-    ensure(ct, (r1 - r0) * npad);
-    float* wbuf = nullptr;
-    if (w.format() != WeightFormat::F32) {
+    with_format(product.w->format(), [&]<class F>() {
+      const typename F::View w = product.w->template format_view<F>();
+      AlignedFloats& ct = scratch.ct[static_cast<size_t>(t)];
+      ensure(ct, (r1 - r0) * npad);
       ensure(scratch.wbuf[static_cast<size_t>(t)], kRows * kKc);
-      wbuf = scratch.wbuf[static_cast<size_t>(t)].data();
-    }
-    for (Index k0 = 0; k0 < cols; k0 += kKc) {
-      const Index kc = std::min(kKc, cols - k0);
-      for (Index r = r0; r < r1; r += kRows) {
-        const Index mr = std::min(kRows, r1 - r);
-        const float* wp;
-        Index ws;
-        if (w.format() == WeightFormat::F32) {
-          wp = w.data() + r * cols + k0;
-          ws = cols;
-        } else {
-          widen_block(w, r, mr, k0, kc, wbuf);
-          wp = wbuf;
-          ws = kc;
-        }
-        float* c = ct.data() + (r - r0) * npad;
-        // The weights come from DRAM in pieces of kRows rows x KC columns, too short for the hardware
-        // prefetcher to learn: ask for the next piece, a share of its lines before each panel.
-        NextBlock next;
-        if (r + kRows < r1) next = next_block(w, r + kRows, std::min(kRows, r1 - r - kRows), k0, kc);
-        else if (k0 + kKc < cols) next = next_block(w, r0, std::min(kRows, r1 - r0), k0 + kKc, std::min(kKc, cols - k0 - kKc));
-        const Index share = (next.lines() + panels - 1) / panels;
-        for (Index p = 0; p < panels; ++p) {
-          next.ask(share);
-          micro_kernel(mr, kc, wp, ws, xp + p * cols * kPanel + k0 * kPanel, c + p * kPanel, npad, k0 > 0);
+      float* wbuf = scratch.wbuf[static_cast<size_t>(t)].data();
+      auto next_block = [&](Index r, Index mr, Index k0, Index kc) { return NextBlock{F::lines(w, r, mr, k0, kc)}; };
+      for (Index k0 = 0; k0 < cols; k0 += kKc) {
+        const Index kc = std::min(kKc, cols - k0);
+        for (Index r = r0; r < r1; r += kRows) {
+          const Index mr = std::min(kRows, r1 - r);
+          Index ws;
+          const float* wp = F::block(w, r, mr, k0, kc, wbuf, ws);
+          float* c = ct.data() + (r - r0) * npad;
+          // The weights come from DRAM in pieces of kRows rows x KC columns, too short for the
+          // hardware prefetcher to learn: ask for the next piece, a share of its lines before each panel.
+          NextBlock next;
+          if (r + kRows < r1) next = next_block(r + kRows, std::min(kRows, r1 - r - kRows), k0, kc);
+          else if (k0 + kKc < cols) next = next_block(r0, std::min(kRows, r1 - r0), k0 + kKc, std::min(kKc, cols - k0 - kKc));
+          const Index share = (next.lines() + panels - 1) / panels;
+          for (Index p = 0; p < panels; ++p) {
+            next.ask(share);
+            micro_kernel(mr, kc, wp, ws, xp + p * cols * kPanel + k0 * kPanel, c + p * kPanel, npad, k0 > 0);
+          }
         }
       }
-    }
-    unpack(ct.data(), npad, r1 - r0, n, product.y + r0, product.y_stride);
+      unpack(ct.data(), npad, r1 - r0, n, product.y + r0, product.y_stride);
+    });
   };
   if (!pool || threads == 1) {
     pack(0, panels);
@@ -434,7 +365,7 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
     const Weight<float>& w = *product.w;
     const Index rows = w.rows();
     Strided Y(product.y, n, rows, Eigen::OuterStride<>(product.y_stride));
-    if (w.format() == WeightFormat::F32) {
+    if (w.format() == WeightFormat::F32) {  // in place
       Y.noalias() = X * w.matrix().transpose();
       continue;
     }

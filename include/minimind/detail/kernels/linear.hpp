@@ -1,18 +1,16 @@
 #pragma once
-// out = x W^T for every linear layer, dispatched on the format the weight is held in:
-//   one position (decode): a matrix-vector product per format (f32.hpp, bf16.hpp, q8.hpp), the
-//     weight rows split across the thread pool; each weight is read once per token.
+// out = x W^T for every linear layer, dispatched on the format the weight is held in (formats.hpp):
+//   one position (decode): the format's matrix-vector product (Format::matvec), the weight rows
+//     split across the thread pool; each weight is read once per token.
 //   many positions (prefill): a matrix-matrix product (gemm.hpp), the weight rows split across
 //     the pool; bf16 and q8 rows are widened to f32 panels on the way in.
 // The plain Eigen product `x * W.matrix().transpose()` is the reference all of these are tested
 // against (tests/test_kernels*.cpp).
-#include "minimind/detail/kernels/bf16.hpp"
-#include "minimind/detail/kernels/f32.hpp"
+#include "minimind/detail/kernels/formats.hpp"
 #include "minimind/detail/kernels/gemm.hpp"
-#include "minimind/detail/kernels/q8.hpp"
 #include "minimind/detail/kernels/thread_pool.hpp"
+#include "minimind/detail/kernels/weight.hpp"
 #include "minimind/tensor.hpp"
-#include "minimind/weights.hpp"
 
 #include <algorithm>
 #include <array>
@@ -30,11 +28,30 @@ struct Workspace {
   GemmScratch gemm;
 
   int threads() const { return pool ? pool->size() : 1; }
-  // Makes room for q8 activations of `rows` x `cols`.
+  // Makes room for quantized activations of `rows` x `cols` (a session reserves them up front).
   void reserve_q8(Index rows, Index cols) {
     const size_t blocks = static_cast<size_t>(rows * q8::blocks_for(cols));
     if (xq.size() < blocks * q8::kBlock) xq.resize(blocks * q8::kBlock);
     if (xd.size() < blocks) xd.resize(blocks);
+  }
+  // x [n, cols] (rows x_stride apart) quantized in q8 blocks, for the formats that multiply
+  // quantized activations; input(i) is then position i's.
+  void quantize(const float* x, Index x_stride, Index n, Index cols) {
+    const Index blocks = q8::blocks_for(cols);
+    reserve_q8(n, cols);
+    for (Index i = 0; i < n; ++i) {
+      q8::quantize_activations(x + i * x_stride, cols, xq.data() + i * blocks * q8::kBlock, xd.data() + i * blocks);
+    }
+  }
+  // Position i's input for format F (after quantize() when F multiplies quantized activations).
+  template <class F>
+  DecodeInput input(const float* x, Index x_stride, Index cols, Index i) const {
+    if constexpr (!F::kQuantizedInput) {
+      return {x + i * x_stride};
+    } else {
+      const Index blocks = q8::blocks_for(cols);
+      return {x + i * x_stride, xq.data() + i * blocks * q8::kBlock, xd.data() + i * blocks};
+    }
   }
   template <class Body>
   void parallel_for(Index count, Index grain, Body&& body) {
@@ -51,6 +68,8 @@ struct Workspace {
 
 // Below this many positions a product is done as that many matrix-vector products.
 inline constexpr Index kGemmMinRows = 3;
+// Rows per chunk of a decode product: whole cache lines of output, 4-row kernels.
+inline constexpr Index kDecodeGrain = 16;
 
 // out [n, w.rows()] = x [n, w.cols()] W^T. x and out are row-major blocks (unit inner stride).
 template <class T, class In, class Out>
@@ -66,32 +85,13 @@ void linear(const In& x, const Weight<T>& w, Out&& out, Workspace& ws) {
       gemm(xp, xs, n, w, yp, ys, ws.gemm, ws.pool);
       return;
     }
-    constexpr Index grain = 16;  // rows per chunk: whole cache lines of output, 4-row kernels
-    switch (w.format()) {
-      case WeightFormat::F32:
-        ws.parallel_for(rows, grain, [&](Index begin, Index end) {
-          for (Index i = 0; i < n; ++i) f32::matvec(w.data(), cols, xp + i * xs, yp + i * ys, begin, end);
-        });
-        break;
-      case WeightFormat::BF16:
-        ws.parallel_for(rows, grain, [&](Index begin, Index end) {
-          for (Index i = 0; i < n; ++i) bf16::matvec(w.bf16_data(), cols, xp + i * xs, yp + i * ys, begin, end);
-        });
-        break;
-      case WeightFormat::Q8: {
-        const q8::View& v = w.q8_view();
-        ws.reserve_q8(n, cols);
-        for (Index i = 0; i < n; ++i) {
-          q8::quantize_activations(xp + i * xs, cols, ws.xq.data() + i * v.blocks * q8::kBlock, ws.xd.data() + i * v.blocks);
-        }
-        ws.parallel_for(rows, grain, [&](Index begin, Index end) {
-          for (Index i = 0; i < n; ++i) {
-            q8::matvec(v, ws.xq.data() + i * v.blocks * q8::kBlock, ws.xd.data() + i * v.blocks, yp + i * ys, begin, end);
-          }
-        });
-        break;
-      }
-    }
+    with_format(w.format(), [&]<class F>() {
+      const typename F::View v = w.template format_view<F>();
+      if constexpr (F::kQuantizedInput) ws.quantize(xp, xs, n, cols);
+      ws.parallel_for(rows, kDecodeGrain, [&](Index begin, Index end) {
+        for (Index i = 0; i < n; ++i) F::matvec(v, ws.input<F>(xp, xs, cols, i), yp + i * ys, begin, end);
+      });
+    });
   }
 }
 
@@ -111,35 +111,24 @@ void linear_each(const In& x, Workspace& ws, std::tuple<const Weight<T>&, Outs&>
       std::array<Part, sizeof...(Outs)> parts{Part{&std::get<0>(products), std::get<1>(products).data(),
                                                    std::get<1>(products).outerStride(), 0}...};
       Index total = 0;
-      bool any_q8 = false;
+      bool quantized = false;
       for (auto& part : parts) {
         part.first = total;
         total += part.w->rows();
-        any_q8 = any_q8 || part.w->format() == WeightFormat::Q8;
+        quantized = quantized || with_format(part.w->format(), []<class F>() { return F::kQuantizedInput; });
       }
       const float* xp = x.data();
-      const Index xs = x.outerStride(), blocks = q8::blocks_for(cols);
-      if (any_q8) {
-        ws.reserve_q8(n, cols);
-        for (Index i = 0; i < n; ++i) {
-          q8::quantize_activations(xp + i * xs, cols, ws.xq.data() + i * blocks * q8::kBlock, ws.xd.data() + i * blocks);
-        }
-      }
-      ws.parallel_for(total, 16, [&](Index begin, Index end) {
+      const Index xs = x.outerStride();
+      if (quantized) ws.quantize(xp, xs, n, cols);
+      ws.parallel_for(total, kDecodeGrain, [&](Index begin, Index end) {
         for (const auto& part : parts) {
           const Index b = std::max(begin, part.first) - part.first;
           const Index e = std::min(end, part.first + part.w->rows()) - part.first;
           if (b >= e) continue;
-          for (Index i = 0; i < n; ++i) {
-            float* y = part.y + i * part.y_stride;
-            switch (part.w->format()) {
-              case WeightFormat::F32: f32::matvec(part.w->data(), cols, xp + i * xs, y, b, e); break;
-              case WeightFormat::BF16: bf16::matvec(part.w->bf16_data(), cols, xp + i * xs, y, b, e); break;
-              case WeightFormat::Q8:
-                q8::matvec(part.w->q8_view(), ws.xq.data() + i * blocks * q8::kBlock, ws.xd.data() + i * blocks, y, b, e);
-                break;
-            }
-          }
+          with_format(part.w->format(), [&]<class F>() {
+            const typename F::View v = part.w->template format_view<F>();
+            for (Index i = 0; i < n; ++i) F::matvec(v, ws.input<F>(xp, xs, cols, i), part.y + i * part.y_stride, b, e);
+          });
         }
       });
       return;

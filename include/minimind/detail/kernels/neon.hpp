@@ -16,42 +16,20 @@
 
 namespace minimind::kernels::neon {
 
-// sum w[c] x[c] for c in [0, n), n a multiple of 4.
-inline float f32_dot(const float* w, const float* x, Index n) {
-  float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
-  Index c = 0;
-  for (; c + 16 <= n; c += 16) {
-    a0 = vfmaq_f32(a0, vld1q_f32(w + c), vld1q_f32(x + c));
-    a1 = vfmaq_f32(a1, vld1q_f32(w + c + 4), vld1q_f32(x + c + 4));
-    a2 = vfmaq_f32(a2, vld1q_f32(w + c + 8), vld1q_f32(x + c + 8));
-    a3 = vfmaq_f32(a3, vld1q_f32(w + c + 12), vld1q_f32(x + c + 12));
-  }
-  for (; c < n; c += 4) a0 = vfmaq_f32(a0, vld1q_f32(w + c), vld1q_f32(x + c));
-  return vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
-}
-
-// bf16 is the top half of a float32: widening is a shift left by 16 (vshll).
-inline float32x4_t bf16_low4(uint16x8_t h) { return vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)); }
-inline float32x4_t bf16_high4(uint16x8_t h) { return vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)); }
-
-// sum float(w[c]) x[c] for c in [0, n), n a multiple of 8.
-inline float bf16_dot(const uint16_t* w, const float* x, Index n) {
-  float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
-  Index c = 0;
-  for (; c + 16 <= n; c += 16) {
-    const uint16x8_t h0 = vld1q_u16(w + c), h1 = vld1q_u16(w + c + 8);
-    a0 = vfmaq_f32(a0, bf16_low4(h0), vld1q_f32(x + c));
-    a1 = vfmaq_f32(a1, bf16_high4(h0), vld1q_f32(x + c + 4));
-    a2 = vfmaq_f32(a2, bf16_low4(h1), vld1q_f32(x + c + 8));
-    a3 = vfmaq_f32(a3, bf16_high4(h1), vld1q_f32(x + c + 12));
-  }
-  for (; c < n; c += 8) {
-    const uint16x8_t h = vld1q_u16(w + c);
-    a0 = vfmaq_f32(a0, bf16_low4(h), vld1q_f32(x + c));
-    a1 = vfmaq_f32(a1, bf16_high4(h), vld1q_f32(x + c + 4));
-  }
-  return vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
-}
+// The float vector operations for kernels::dot (simd.hpp). bf16 is the top half of a float32:
+// widening is a shift left by 16 (vshll).
+struct Ops {
+  using V = float32x4_t;
+  static constexpr Index kLanes = 4;
+  static constexpr bool kMasked = false;
+  static V zero() { return vdupq_n_f32(0.0f); }
+  static V load(const float* p) { return vld1q_f32(p); }
+  static V load(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+  static V madd(V acc, V a, V b) { return vfmaq_f32(acc, a, b); }
+  static V add(V a, V b) { return vaddq_f32(a, b); }
+  static float sum(V v) { return vaddvq_f32(v); }
+  static void prefetch(const void*, uintptr_t) {}
+};
 
 // The 32 products of one q8 block, int8 weights by int16 activations, as 4 int32 partial sums
 // (exact: q8.hpp bounds a block's sum below 2^27).

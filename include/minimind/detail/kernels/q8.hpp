@@ -1,5 +1,5 @@
 #pragma once
-// q8: int8 weights in blocks of 32 along each row, one float16 scale per block (ggml's Q8_0 in
+// q8: 34 bytes per 32 weights: int8 weights in blocks of 32 along each row, one float16 scale per block (ggml's Q8_0 in
 // spirit): w[r, c] ~ d[r, c / 32] * q[r, c]. A row of `cols` weights takes ceil(cols / 32) blocks,
 // the last padded with zeros. A matrix-vector product first quantizes the activation vector in
 // the same blocks to int16 with a float scale, then each block is one integer dot product of 32
@@ -8,7 +8,9 @@
 // costs as much accuracy as rounding the weights (on the golden cases top-1 agreement with f32
 // fell from 95.6% to 91.7%), while the int16 dot product costs the same two multiplies per block
 // as the u8 x s8 one (vpmaddwd twice against vpmaddubsw + vpmaddwd).
+#include "minimind/detail/kernels/format.hpp"
 #include "minimind/detail/kernels/simd.hpp"
+#include "minimind/detail/weight_arena.hpp"
 #include "minimind/tensor.hpp"
 
 #include <Eigen/Core>
@@ -18,6 +20,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <vector>
 
 namespace minimind::kernels::q8 {
 
@@ -288,5 +292,76 @@ inline void matvec(const View& w, const int16_t* xq, const float* xd, float* y, 
   matvec_groups<scalar::group>(w, xq, xd, y, begin, end);
 #endif
 }
+
+// Rows [r, r + mr), columns [k0, k0 + kc) widened into out [mr, kc]; k0 and kc are multiples
+// of 32 except at the end of the row.
+inline void widen_block(const View& w, Index r, Index mr, Index k0, Index kc, float* out) {
+  for (Index i = 0; i < mr; ++i) {
+    const uint16_t* d = w.d + (r + i) * w.blocks;
+    for (Index c = 0; c < kc; c += kBlock) {
+      const Index b = (k0 + c) / kBlock, len = std::min(kBlock, kc - c);
+      const float scale = half_to_float(d[b]);
+      const int8_t* q = block_ptr(w, r + i, b);
+      float* o = out + i * kc + c;
+      Index j = 0;
+#if MINIMIND_AVX512
+      const __m512 s16 = _mm512_set1_ps(scale);
+      for (; j + 16 <= len; j += 16) {
+        const __m128i b16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j));
+        _mm512_storeu_ps(o + j, _mm512_mul_ps(s16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b16))));
+      }
+#endif
+#if MINIMIND_AVX2
+      const __m256 s = _mm256_set1_ps(scale);
+      for (; j + 8 <= len; j += 8) {
+        const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j));
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8))));
+      }
+#endif
+      for (; j < len; ++j) o[j] = scale * static_cast<float>(q[j]);
+    }
+  }
+}
+
+// q8 in the table of formats (format.hpp).
+struct Format {
+  static constexpr WeightFormat id = WeightFormat::Q8;
+  static constexpr const char* name = "q8";
+  static constexpr bool kQuantizedInput = true;
+  using View = q8::View;
+
+  static size_t bytes(Index rows, Index cols) { return static_cast<size_t>(rows * blocks_for(cols)) * (kBlock + 2); }
+  static View convert(const float* data, Index rows, Index cols, WeightArena& arena, std::shared_ptr<const void>& owner) {
+    const Index blocks = blocks_for(cols);
+    const auto q_bytes = static_cast<size_t>(rows * blocks * kBlock);
+    auto storage = arena.allocate(bytes(rows, cols));  // q, then the scales d
+    auto* q = static_cast<int8_t*>(storage.get());
+    auto* d = reinterpret_cast<uint16_t*>(q + q_bytes);
+    std::vector<int8_t> row(static_cast<size_t>(blocks * kBlock));
+    for (Index r = 0; r < rows; ++r) {
+      quantize_row(data + r * cols, cols, row.data(), d + r * blocks);
+      for (Index b = 0; b < blocks; ++b) std::memcpy(q + block_offset(rows, blocks, r, b), row.data() + b * kBlock, kBlock);
+    }
+    owner = std::move(storage);
+    return {q, d, rows, cols, blocks};
+  }
+  static void row_to(const View& w, Index r, float* out) { dequantize_row(w, r, out); }
+  static void matvec(const View& w, const DecodeInput& in, float* y, Index begin, Index end) {
+    q8::matvec(w, in.xq, in.xd, y, begin, end);
+  }
+  static const float* block(const View& w, Index r, Index mr, Index k0, Index kc, float* buf, Index& stride) {
+    widen_block(w, r, mr, k0, kc, buf);
+    stride = kc;
+    return buf;
+  }
+  // Rows in whole groups of four hold the block's columns as one run per group; other rows are
+  // left to the hardware.
+  static BlockLines lines(const View& w, Index r, Index mr, Index k0, Index kc) {
+    if (r % kGroup != 0 || mr % kGroup != 0 || r + mr > w.rows / kGroup * kGroup) return {};
+    const Index run = kGroup * kc;  // bytes of one group's blocks in [k0, k0 + kc)
+    return {reinterpret_cast<const char*>(block_ptr(w, r, k0 / kBlock)), kGroup * w.blocks * kBlock, mr / kGroup,
+            (run + 63) / 64 + 1};
+  }
+};
 
 }  // namespace minimind::kernels::q8

@@ -11,45 +11,23 @@
 
 namespace minimind::kernels::wasm {
 
-inline v128_t madd(v128_t acc, v128_t a, v128_t b) { return wasm_f32x4_add(acc, wasm_f32x4_mul(a, b)); }
-inline float sum4(v128_t v) {
-  return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) +
-         (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));
-}
-
-// sum w[c] x[c] for c in [0, n), n a multiple of 4.
-inline float f32_dot(const float* w, const float* x, Index n) {
-  v128_t a0 = wasm_f32x4_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
-  Index c = 0;
-  for (; c + 16 <= n; c += 16) {
-    a0 = madd(a0, wasm_v128_load(w + c), wasm_v128_load(x + c));
-    a1 = madd(a1, wasm_v128_load(w + c + 4), wasm_v128_load(x + c + 4));
-    a2 = madd(a2, wasm_v128_load(w + c + 8), wasm_v128_load(x + c + 8));
-    a3 = madd(a3, wasm_v128_load(w + c + 12), wasm_v128_load(x + c + 12));
+// The float vector operations for kernels::dot (simd.hpp). bf16 widened to float32 by a
+// zero-extending load to 32 bits, then the 16-bit shift.
+struct Ops {
+  using V = v128_t;
+  static constexpr Index kLanes = 4;
+  static constexpr bool kMasked = false;
+  static V zero() { return wasm_f32x4_splat(0.0f); }
+  static V load(const float* p) { return wasm_v128_load(p); }
+  static V load(const uint16_t* p) { return wasm_i32x4_shl(wasm_u32x4_load16x4(p), 16); }
+  static V madd(V acc, V a, V b) { return wasm_f32x4_add(acc, wasm_f32x4_mul(a, b)); }
+  static V add(V a, V b) { return wasm_f32x4_add(a, b); }
+  static float sum(V v) {
+    return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) +
+           (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));
   }
-  for (; c < n; c += 4) a0 = madd(a0, wasm_v128_load(w + c), wasm_v128_load(x + c));
-  return sum4(wasm_f32x4_add(wasm_f32x4_add(a0, a1), wasm_f32x4_add(a2, a3)));
-}
-
-// Four bf16 widened to float32: zero-extending load to 32 bits, then the 16-bit shift.
-inline v128_t bf16_load4(const uint16_t* p) { return wasm_i32x4_shl(wasm_u32x4_load16x4(p), 16); }
-
-// sum float(w[c]) x[c] for c in [0, n), n a multiple of 8.
-inline float bf16_dot(const uint16_t* w, const float* x, Index n) {
-  v128_t a0 = wasm_f32x4_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
-  Index c = 0;
-  for (; c + 16 <= n; c += 16) {
-    a0 = madd(a0, bf16_load4(w + c), wasm_v128_load(x + c));
-    a1 = madd(a1, bf16_load4(w + c + 4), wasm_v128_load(x + c + 4));
-    a2 = madd(a2, bf16_load4(w + c + 8), wasm_v128_load(x + c + 8));
-    a3 = madd(a3, bf16_load4(w + c + 12), wasm_v128_load(x + c + 12));
-  }
-  for (; c < n; c += 8) {
-    a0 = madd(a0, bf16_load4(w + c), wasm_v128_load(x + c));
-    a1 = madd(a1, bf16_load4(w + c + 4), wasm_v128_load(x + c + 4));
-  }
-  return sum4(wasm_f32x4_add(wasm_f32x4_add(a0, a1), wasm_f32x4_add(a2, a3)));
-}
+  static void prefetch(const void*, uintptr_t) {}
+};
 
 // The 32 products of one q8 block as 4 int32 partial sums: the int8 weights sign-extended to
 // int16 as they load, then i32x4.dot_i16x8 (pairs of int16 products, exact in int32).

@@ -268,8 +268,28 @@ TEST_CASE("random models: bf16 and q8 logits stay near f32; the tied matrix is o
   CHECK(q8.weight_bytes() < f32.weight_bytes() / 3);
 }
 
+TEST_CASE("linear(): up to 8 positions give each exactly what it gives alone (a small batch's decode step)") {
+  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+    kernels::ThreadPool pool(2);
+    kernels::Workspace work;
+    work.pool = &pool;
+    const Weight<float> w = Weight<float>::owned(random_matrix(70, 100, 41, 0.1f)).to_format(format);
+    for (Index n = 2; n <= 8; ++n) {
+      CAPTURE(std::string(format_name(format)));
+      CAPTURE(n);
+      const MatrixRM<float> x = random_matrix(n, 100, 42);
+      MatrixRM<float> y(n, 70), alone(1, 70);
+      kernels::linear(x, w, y, work);
+      for (Index i = 0; i < n; ++i) {
+        kernels::linear(x.middleRows(i, 1), w, alone, work);
+        CHECK((y.row(i).array() == alone.row(0).array()).all());
+      }
+    }
+  }
+}
+
 TEST_CASE("linear_each(): several weights of one input give what one linear() each gives") {
-  // Decode (n < 3) and prefill (gemm_each: one pack, the rows of all three in one dispatch, here
+  // Decode (n < 9) and prefill (gemm_each: one pack, the rows of all three in one dispatch, here
   // 130 rows = 3 chunks of 48, 40, 17); the last pair mixes q8 with another format (two inputs).
   const std::pair<WeightFormat, WeightFormat> pairs[] = {{WeightFormat::F32, WeightFormat::F32},
                                                          {WeightFormat::BF16, WeightFormat::BF16},
@@ -280,7 +300,7 @@ TEST_CASE("linear_each(): several weights of one input give what one linear() ea
       kernels::ThreadPool pool(threads);
       kernels::Workspace work;
       work.pool = &pool;
-      for (Index n : {1, 2, 5, 33}) {
+      for (Index n : {1, 2, 5, 8, 9, 33}) {
         CAPTURE(std::string(format_name(formats.first)));
         CAPTURE(std::string(format_name(formats.second)));
         CAPTURE(threads);
@@ -367,7 +387,7 @@ TEST_CASE("gemm(): every format against the plain product, rows not a multiple o
         const Index rows = shape.first, cols = shape.second;
         const Weight<float> w = Weight<float>::owned(random_matrix(rows, cols, 31, 1.0f / std::sqrt(float(cols)))).to_format(format);
         const MatrixRM<float> plain = widened(w);
-        for (Index n : {3, 17, 31, 32, 33, 64, 70}) {
+        for (Index n : {3, 8, 9, 16, 17, 31, 32, 33, 40, 64, 70}) {
           CAPTURE(std::string(format_name(format)));
           CAPTURE(threads);
           CAPTURE(rows);

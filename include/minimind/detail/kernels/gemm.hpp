@@ -61,48 +61,83 @@ inline void ensure(AlignedFloats& v, Index n) {
 }
 
 #if MINIMIND_GEMM_AVX512
-// A tile of R rows x 32 positions: ct[i][0..32) (+)= sum_k w[i][k] * xp[k][0..32) for i < R.
-// The loops over i have constant bounds and are unrolled, so the accumulators stay in registers.
-template <int R>
+// A tile of R rows x W positions: ct[i][0..W) (+)= sum_k w[i][k] * xp[k][0..W) for i < R, with
+// W = 32 (two zmm per row), 16 (one zmm) or 8 (one ymm). The narrow tiles serve a panel's valid
+// positions when it has few (a decode step of a small batch, the last panel of a prompt): with
+// only the full tile, 8 sequences cost as much as 32. On Zen 5 ymm FMAs issue twice as often as
+// zmm ones, so 8 positions in ymm take half the time of 16 in zmm. The loops over i have constant
+// bounds and are unrolled, so the accumulators stay in registers.
+template <int W>
+struct TileVector {
+  using type = __m512;
+};
+template <>
+struct TileVector<8> {
+  using type = __m256;
+};
+
+template <int R, int W>
 inline void micro_kernel_rows(Index kc, const float* w, Index ws, const float* xp, float* ct, Index cs, bool accumulate) {
-  __m512 lo[R], hi[R];
+  using V = typename TileVector<W>::type;
+  auto zero = [] { if constexpr (W == 8) return _mm256_setzero_ps(); else return _mm512_setzero_ps(); };
+  auto load = [](const float* p) { if constexpr (W == 8) return _mm256_loadu_ps(p); else return _mm512_loadu_ps(p); };
+  auto store = [](float* p, V v) { if constexpr (W == 8) _mm256_storeu_ps(p, v); else _mm512_storeu_ps(p, v); };
+  auto add = [](V a, V b) { if constexpr (W == 8) return _mm256_add_ps(a, b); else return _mm512_add_ps(a, b); };
+  auto fmadd = [](float b, V x, V acc) {
+    if constexpr (W == 8) return _mm256_fmadd_ps(_mm256_set1_ps(b), x, acc);
+    else return _mm512_fmadd_ps(_mm512_set1_ps(b), x, acc);
+  };
+  constexpr int kVectors = W == 32 ? 2 : 1;
+  V acc[R][kVectors];
 #pragma GCC unroll 12
-  for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 2
+    for (int j = 0; j < kVectors; ++j) acc[i][j] = zero();
   for (Index k = 0; k < kc; ++k, xp += kPanel) {
-    const __m512 x0 = _mm512_loadu_ps(xp), x1 = _mm512_loadu_ps(xp + 16);
+    V x[kVectors];
+#pragma GCC unroll 2
+    for (int j = 0; j < kVectors; ++j) x[j] = load(xp + 16 * j);
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) {
-      const __m512 b = _mm512_set1_ps(w[i * ws + k]);
-      lo[i] = _mm512_fmadd_ps(b, x0, lo[i]);
-      hi[i] = _mm512_fmadd_ps(b, x1, hi[i]);
+      const float b = w[i * ws + k];
+#pragma GCC unroll 2
+      for (int j = 0; j < kVectors; ++j) acc[i][j] = fmadd(b, x[j], acc[i][j]);
     }
   }
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) {
     float* c = ct + i * cs;
-    if (accumulate) {
-      lo[i] = _mm512_add_ps(lo[i], _mm512_loadu_ps(c));
-      hi[i] = _mm512_add_ps(hi[i], _mm512_loadu_ps(c + 16));
+#pragma GCC unroll 2
+    for (int j = 0; j < kVectors; ++j) {
+      if (accumulate) acc[i][j] = add(acc[i][j], load(c + 16 * j));
+      store(c + 16 * j, acc[i][j]);
     }
-    _mm512_storeu_ps(c, lo[i]);
-    _mm512_storeu_ps(c + 16, hi[i]);
   }
 }
 
-inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, const float* xp, float* ct,
-                         Index ct_stride, bool accumulate) {
+template <int W>
+inline void micro_kernel_width(Index mr, Index kc, const float* w, Index w_stride, const float* xp, float* ct,
+                               Index ct_stride, bool accumulate) {
   // The last rows of a range in tiles of 8, 4, 2 and 1 (a small share of the work).
   while (mr > 0) {
     const Index step = mr >= kRows ? kRows : mr >= 8 ? 8 : mr >= 4 ? 4 : mr >= 2 ? 2 : 1;
-    if (step == kRows) micro_kernel_rows<kRows>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
-    else if (step == 8) micro_kernel_rows<8>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
-    else if (step == 4) micro_kernel_rows<4>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
-    else if (step == 2) micro_kernel_rows<2>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
-    else micro_kernel_rows<1>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    if (step == kRows) micro_kernel_rows<kRows, W>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    else if (step == 8) micro_kernel_rows<8, W>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    else if (step == 4) micro_kernel_rows<4, W>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    else if (step == 2) micro_kernel_rows<2, W>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    else micro_kernel_rows<1, W>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
     mr -= step;
     w += step * w_stride;
     ct += step * ct_stride;
   }
+}
+
+// A tile over the first `positions` (1..32) of a panel; the rest of its columns in ct are not written.
+inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, const float* xp, float* ct,
+                         Index ct_stride, bool accumulate, Index positions) {
+  if (positions > 16) micro_kernel_width<32>(mr, kc, w, w_stride, xp, ct, ct_stride, accumulate);
+  else if (positions > 8) micro_kernel_width<16>(mr, kc, w, w_stride, xp, ct, ct_stride, accumulate);
+  else micro_kernel_width<8>(mr, kc, w, w_stride, xp, ct, ct_stride, accumulate);
 }
 #elif MINIMIND_AVX2
 inline void store_tile_row(float* c, __m256 lo, __m256 hi, bool accumulate) {
@@ -168,8 +203,9 @@ inline void micro_kernel_1(Index kc, const float* w, const float* xp, float* ct,
   store_tile_row(ct, _mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1), accumulate);
 }
 
+// The AVX2 tile is always 16 positions wide (`positions` is not used).
 inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, const float* xp, float* ct,
-                         Index ct_stride, bool accumulate) {
+                         Index ct_stride, bool accumulate, Index /*positions*/) {
   if (mr == kRows) {
     micro_kernel_6(kc, w, w_stride, xp, ct, ct_stride, accumulate);
     return;
@@ -329,7 +365,8 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
           const Index share = (next.lines() + panels - 1) / panels;
           for (Index p = 0; p < panels; ++p) {
             next.ask(share);
-            micro_kernel(mr, kc, wp, ws, xp + p * cols * kPanel + k0 * kPanel, c + p * kPanel, npad, k0 > 0);
+            micro_kernel(mr, kc, wp, ws, xp + p * cols * kPanel + k0 * kPanel, c + p * kPanel, npad, k0 > 0,
+                         std::min(kPanel, n - p * kPanel));
           }
         }
       }

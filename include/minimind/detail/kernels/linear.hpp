@@ -66,10 +66,21 @@ struct Workspace {
   }
 };
 
-// Below this many positions a product is done as that many matrix-vector products.
-inline constexpr Index kGemmMinRows = 3;
+// Below this many positions a product is done as that many matrix-vector products, the decode
+// kernels' own: chunk by chunk of rows, so each chunk comes from memory once and is read again
+// from cache for every position. A decode step of a small batch then computes exactly what each
+// sequence's decode alone computes, and streams whole rows as decode does, where the GEMM's
+// blocks of 12 rows x 256 columns left it slower than the memory allows.
+// 9 measured best for batched decode (README, minimind-bench -b).
+inline constexpr Index kGemmMinRows = 9;
 // Rows per chunk of a decode product: whole cache lines of output, 4-row kernels.
 inline constexpr Index kDecodeGrain = 16;
+
+// body(b, e) for the chunks of kDecodeGrain rows of [begin, end).
+template <class Body>
+void for_each_chunk(Index begin, Index end, Body&& body) {
+  for (Index b = begin; b < end; b += kDecodeGrain) body(b, std::min(end, b + kDecodeGrain));
+}
 
 // out [n, w.rows()] = x [n, w.cols()] W^T. x and out are row-major blocks (unit inner stride).
 template <class T, class In, class Out>
@@ -89,7 +100,9 @@ void linear(const In& x, const Weight<T>& w, Out&& out, Workspace& ws) {
       const typename F::View v = w.template format_view<F>();
       if constexpr (F::kQuantizedInput) ws.quantize(xp, xs, n, cols);
       ws.parallel_for(rows, kDecodeGrain, [&](Index begin, Index end) {
-        for (Index i = 0; i < n; ++i) F::matvec(v, ws.input<F>(xp, xs, cols, i), yp + i * ys, begin, end);
+        for_each_chunk(begin, end, [&](Index b, Index e) {
+          for (Index i = 0; i < n; ++i) F::matvec(v, ws.input<F>(xp, xs, cols, i), yp + i * ys, b, e);
+        });
       });
     });
   }
@@ -127,7 +140,9 @@ void linear_each(const In& x, Workspace& ws, std::tuple<const Weight<T>&, Outs&>
           if (b >= e) continue;
           with_format(part.w->format(), [&]<class F>() {
             const typename F::View v = part.w->template format_view<F>();
-            for (Index i = 0; i < n; ++i) F::matvec(v, ws.input<F>(xp, xs, cols, i), part.y + i * part.y_stride, b, e);
+            for_each_chunk(b, e, [&](Index cb, Index ce) {
+              for (Index i = 0; i < n; ++i) F::matvec(v, ws.input<F>(xp, xs, cols, i), part.y + i * part.y_stride, cb, ce);
+            });
           });
         }
       });

@@ -72,10 +72,7 @@ class MiniMindForCausalLM {
   // The model of any checkpoint load_checkpoint reads: an HF directory, or a .safetensors, .pth
   // or .gguf file; held as options.format says.
   static MiniMindForCausalLM from_pretrained(const std::filesystem::path& path, const LoadOptions& options = {},
-                                             const CheckpointOptions& checkpoint_options = {}) {
-    const Checkpoint checkpoint = load_checkpoint(path, checkpoint_options);
-    return from_tensors(checkpoint.config, checkpoint.tensors, options);
-  }
+                                             const CheckpointOptions& checkpoint_options = {});
 
   // Builds the model over an already-parsed tensor table (the weights keep its files alive).
   static MiniMindForCausalLM from_tensors(const Config& config, const io::TensorTable& tensors,
@@ -106,15 +103,8 @@ class MiniMindForCausalLM {
   // Feeds ids after what the session holds; returns the logits of the new positions
   // [ids.size(), vocab], or of the last one only [1, vocab] when `all_positions` is false.
   // The view is valid until the session's next forward. An observer sees every step.
-  auto forward(Session<T>& session, std::span<const int32_t> ids, bool all_positions = true,
-               ForwardObserver<T>* observer = nullptr) const {
-    const SequenceRows<T> seq = rows_of(session, ids.size(), 0);
-    ForwardScratch<T>& scratch = session.scratch();
-    prepare(scratch, seq.rows, session.context());
-    forward_rows({&seq, 1}, {&ids, 1}, all_positions, scratch, observer);
-    session.advance(seq.rows);
-    return scratch.logits.topRows(all_positions ? seq.rows : 1);
-  }
+  TopRows<T> forward(Session<T>& session, std::span<const int32_t> ids, bool all_positions = true,
+                     ForwardObserver<T>* observer = nullptr) const;
 
   // The full recompute: logits at every position of ids [ids.size(), vocab], as upstream's
   // model(ids).logits[0].
@@ -149,59 +139,9 @@ class MiniMindForCausalLM {
   // The forward recipe, for a step whose rows are the new positions of one or more sequences
   // (seqs[q] gets ids[q]), one after another. Leaves in scratch.logits the logits of every row
   // (all_positions) or of each sequence's last row, in order; the caller advances the sessions.
+  // Defined below the class, like the other heavy members.
   void forward_rows(std::span<const SequenceRows<T>> seqs, std::span<const std::span<const int32_t>> ids,
-                    bool all_positions, ForwardScratch<T>& s, ForwardObserver<T>* observer) const {
-    const MiniMindModel<T>& m = model;
-    const Index n = seqs.back().first_row + seqs.back().rows;
-    auto x = s.x.topRows(n), normed = s.normed.topRows(n), sublayer = s.sublayer.topRows(n);
-    AttentionScratch<T>& attn = s.attention;
-    kernels::Workspace& work = s.work;
-    const bool keep_probs = observer && observer->wants_attention() && seqs.size() == 1;
-
-    for (size_t q = 0; q < seqs.size(); ++q) {  // h = E[id], and each row's rotary angles
-      m.embed_tokens.lookup(ids[q], x.middleRows(seqs[q].first_row, seqs[q].rows));
-      for (Index row = seqs[q].first_row; row < seqs[q].first_row + seqs[q].rows; ++row) {
-        m.rotary_emb.angles(seqs[q].start + row - seqs[q].first_row, &attn.cos(row, 0), &attn.sin(row, 0));
-      }
-    }
-    if (observer) observer->embedding(view(x));
-    for (size_t l = 0; l < m.layers.size(); ++l) {
-      const Block<T>& layer = m.layers[l];
-      layer.input_layernorm.forward(x, normed);
-      layer.self_attn.project(normed, attn, work);                          // q, k, v
-      layer.self_attn.rotate_and_cache(seqs, l, m.rotary_emb, attn, work);  // q/k norm, RoPE, cache write
-      layer.self_attn.attend(seqs, l, attn, work, keep_probs);              // softmax(q k^T / sqrt(d)) v
-      kernels::linear(attn.out.topRows(n), layer.self_attn.o_proj, sublayer, work);
-      x += sublayer;
-      if (observer) report_attention(*observer, l, keep_probs, attn, view(x));
-
-      layer.post_attention_layernorm.forward(x, normed);
-      if (const auto* moe = std::get_if<MoEFeedForward<T>>(&layer.mlp)) {
-        moe->forward(normed, sublayer, s.moe, s.mlp, work);
-        if (observer) {
-          const auto picks = static_cast<size_t>(n * moe->top_k());
-          observer->router(static_cast<int64_t>(l), {s.moe.chosen.data(), picks}, {s.moe.chosen_weight.data(), picks},
-                           moe->top_k());
-        }
-      } else {
-        std::get<FeedForward<T>>(layer.mlp).forward(normed, sublayer, s.mlp, work);
-      }
-      x += sublayer;
-      if (observer) observer->residual_after_ffn(static_cast<int64_t>(l), view(x));
-    }
-    m.norm.forward(x, normed);
-    if (observer) observer->final_norm(view(normed));
-
-    // logits = h E^T, of every row or of each sequence's last (gathered into s.sublayer).
-    Index wanted = n;
-    if (!all_positions) {
-      wanted = static_cast<Index>(seqs.size());
-      for (Index q = 0; q < wanted; ++q) s.sublayer.row(q) = normed.row(seqs[q].first_row + seqs[q].rows - 1);
-    }
-    auto logits = s.logits.topRows(wanted);
-    lm_head().logits(all_positions ? s.normed.topRows(n) : s.sublayer.topRows(wanted), logits, work);
-    if (observer) observer->logits(view(logits));
-  }
+                    bool all_positions, ForwardScratch<T>& s, ForwardObserver<T>* observer) const;
 
   // Parameters, the tied matrix counted once.
   size_t num_parameters() const {
@@ -229,20 +169,7 @@ class MiniMindForCausalLM {
   MiniMindModel<T> model;
 
  private:
-  static MiniMindForCausalLM build(const Config& config, const WeightLoader<T>& w, const LoadOptions& options) {
-    config.validate("config");
-    MiniMindForCausalLM m;
-    m.format_ = options.format;
-    m.set_threads(options.threads);
-    m.model = MiniMindModel<T>(w, config);
-    if (!config.tie_word_embeddings) {
-      m.untied_lm_head_ = Embedding<T>(w.matrix(
-          "lm_head.weight", config.vocab_size, config.hidden_size,
-          "vocab_size " + std::to_string(config.vocab_size) + ", hidden_size " + std::to_string(config.hidden_size)));
-    }
-    // A tied checkpoint may also store lm_head.weight; it is the same matrix and is not loaded.
-    return m;
-  }
+  static MiniMindForCausalLM build(const Config& config, const WeightLoader<T>& w, const LoadOptions& options);
 
   // A contiguous block of rows as the observer's view type.
   template <class Rows>
@@ -263,5 +190,97 @@ class MiniMindForCausalLM {
   WeightFormat format_ = WeightFormat::F32;
   std::shared_ptr<kernels::ThreadPool> pool_;  // null when running on one thread
 };
+
+// The heavy members are defined out of the class, so they are not implicitly inline: a program
+// that explicitly instantiates the model in one translation unit (as the tests do) can declare it
+// `extern template` elsewhere and compile the forward pass once.
+template <class T>
+MiniMindForCausalLM<T> MiniMindForCausalLM<T>::from_pretrained(const std::filesystem::path& path, const LoadOptions& options,
+                                                               const CheckpointOptions& checkpoint_options) {
+  const Checkpoint checkpoint = load_checkpoint(path, checkpoint_options);
+  return from_tensors(checkpoint.config, checkpoint.tensors, options);
+}
+
+template <class T>
+TopRows<T> MiniMindForCausalLM<T>::forward(Session<T>& session, std::span<const int32_t> ids, bool all_positions,
+                                           ForwardObserver<T>* observer) const {
+  const SequenceRows<T> seq = rows_of(session, ids.size(), 0);
+  ForwardScratch<T>& scratch = session.scratch();
+  prepare(scratch, seq.rows, session.context());
+  forward_rows({&seq, 1}, {&ids, 1}, all_positions, scratch, observer);
+  session.advance(seq.rows);
+  return scratch.logits.topRows(all_positions ? seq.rows : 1);
+}
+
+template <class T>
+void MiniMindForCausalLM<T>::forward_rows(std::span<const SequenceRows<T>> seqs, std::span<const std::span<const int32_t>> ids,
+                                          bool all_positions, ForwardScratch<T>& s, ForwardObserver<T>* observer) const {
+  const MiniMindModel<T>& m = model;
+  const Index n = seqs.back().first_row + seqs.back().rows;
+  auto x = s.x.topRows(n), normed = s.normed.topRows(n), sublayer = s.sublayer.topRows(n);
+  AttentionScratch<T>& attn = s.attention;
+  kernels::Workspace& work = s.work;
+  const bool keep_probs = observer && observer->wants_attention() && seqs.size() == 1;
+
+  for (size_t q = 0; q < seqs.size(); ++q) {  // h = E[id], and each row's rotary angles
+    m.embed_tokens.lookup(ids[q], x.middleRows(seqs[q].first_row, seqs[q].rows));
+    for (Index row = seqs[q].first_row; row < seqs[q].first_row + seqs[q].rows; ++row) {
+      m.rotary_emb.angles(seqs[q].start + row - seqs[q].first_row, &attn.cos(row, 0), &attn.sin(row, 0));
+    }
+  }
+  if (observer) observer->embedding(view(x));
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const Block<T>& layer = m.layers[l];
+    layer.input_layernorm.forward(x, normed);
+    layer.self_attn.project(normed, attn, work);                          // q, k, v
+    layer.self_attn.rotate_and_cache(seqs, l, m.rotary_emb, attn, work);  // q/k norm, RoPE, cache write
+    layer.self_attn.attend(seqs, l, attn, work, keep_probs);              // softmax(q k^T / sqrt(d)) v
+    kernels::linear(attn.out.topRows(n), layer.self_attn.o_proj, sublayer, work);
+    x += sublayer;
+    if (observer) report_attention(*observer, l, keep_probs, attn, view(x));
+
+    layer.post_attention_layernorm.forward(x, normed);
+    if (const auto* moe = std::get_if<MoEFeedForward<T>>(&layer.mlp)) {
+      moe->forward(normed, sublayer, s.moe, s.mlp, work);
+      if (observer) {
+        const auto picks = static_cast<size_t>(n * moe->top_k());
+        observer->router(static_cast<int64_t>(l), {s.moe.chosen.data(), picks}, {s.moe.chosen_weight.data(), picks},
+                         moe->top_k());
+      }
+    } else {
+      std::get<FeedForward<T>>(layer.mlp).forward(normed, sublayer, s.mlp, work);
+    }
+    x += sublayer;
+    if (observer) observer->residual_after_ffn(static_cast<int64_t>(l), view(x));
+  }
+  m.norm.forward(x, normed);
+  if (observer) observer->final_norm(view(normed));
+
+  // logits = h E^T, of every row or of each sequence's last (gathered into s.sublayer).
+  Index wanted = n;
+  if (!all_positions) {
+    wanted = static_cast<Index>(seqs.size());
+    for (Index q = 0; q < wanted; ++q) s.sublayer.row(q) = normed.row(seqs[q].first_row + seqs[q].rows - 1);
+  }
+  auto logits = s.logits.topRows(wanted);
+  lm_head().logits(all_positions ? s.normed.topRows(n) : s.sublayer.topRows(wanted), logits, work);
+  if (observer) observer->logits(view(logits));
+}
+
+template <class T>
+MiniMindForCausalLM<T> MiniMindForCausalLM<T>::build(const Config& config, const WeightLoader<T>& w, const LoadOptions& options) {
+  config.validate("config");
+  MiniMindForCausalLM m;
+  m.format_ = options.format;
+  m.set_threads(options.threads);
+  m.model = MiniMindModel<T>(w, config);
+  if (!config.tie_word_embeddings) {
+    m.untied_lm_head_ = Embedding<T>(w.matrix(
+        "lm_head.weight", config.vocab_size, config.hidden_size,
+        "vocab_size " + std::to_string(config.vocab_size) + ", hidden_size " + std::to_string(config.hidden_size)));
+  }
+  // A tied checkpoint may also store lm_head.weight; it is the same matrix and is not loaded.
+  return m;
+}
 
 }  // namespace minimind

@@ -21,5 +21,8 @@ template <class T>
 using ConstMatrixMap = Eigen::Map<const MatrixRM<T>>;
 template <class T>
 using ConstVectorMap = Eigen::Map<const RowVector<T>>;
+// The first rows of a matrix, as topRows(n) views them (what forward and Batch::step return).
+template <class T>
+using TopRows = typename MatrixRM<T>::RowsBlockXpr;
 
 }  // namespace minimind

@@ -1,7 +1,11 @@
 // The fast kernels (include/minimind/detail/kernels/) against their plain references on random inputs:
-// each format's matrix-vector product, the prefill GEMM, the dispatching linear(), and the pool.
+// each format's matrix-vector product, the prefill GEMM, the dispatching linear(), the pool, and the
+// float ops beside the products (SwiGLU's silu * up, one attention head);
+// the kernels of every target this build compiled and this CPU runs (kernels::targets()).
 #include <doctest/doctest.h>
 #include <minimind/minimind.hpp>
+
+#include "test_support.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -38,7 +42,7 @@ MatrixRM<float> q8_rounded(const MatrixRM<float>& x) {
   std::vector<float> d(static_cast<size_t>(blocks));
   MatrixRM<float> out(x.rows(), x.cols());
   for (Index r = 0; r < x.rows(); ++r) {
-    kernels::q8::quantize_activations(x.row(r).data(), x.cols(), q.data(), d.data());
+    kernels::q8::scalar::quantize_activations(x.row(r).data(), x.cols(), q.data(), d.data());
     for (Index c = 0; c < x.cols(); ++c) out(r, c) = d[static_cast<size_t>(c / 32)] * q[static_cast<size_t>(c)];
   }
   return out;
@@ -48,6 +52,21 @@ double max_abs(const MatrixRM<float>& a, const MatrixRM<float>& b) {
   REQUIRE(a.rows() == b.rows());
   REQUIRE(a.cols() == b.cols());
   return (a - b).cwiseAbs().maxCoeff();
+}
+
+// The kernels of every target this build compiled and this CPU runs, best first.
+std::vector<const kernels::Kernels*> runnable_targets() {
+  std::vector<const kernels::Kernels*> out;
+  for (const kernels::Target& t : kernels::targets()) {
+    if (t.runs) out.push_back(t.kernels);
+  }
+  return out;
+}
+
+// y[r] = W[r, :] x for r in [begin, end), on target k, for a weight held in format F.
+template <class F>
+void matvec(const kernels::Kernels& k, const Weight<float>& w, const kernels::DecodeInput& in, float* y, Index begin, Index end) {
+  k.matvec<F>()(w.format_view<F>(), {&in, 1}, y, 0, begin, end);
 }
 
 }  // namespace
@@ -133,79 +152,56 @@ TEST_CASE("q8 quantization: blocks of 32, error within half a step of each block
   // Padding is zero, so it adds nothing to a dot product.
   for (Index c = cols; c < 128; ++c) CHECK(kernels::q8::block_ptr(w.q8_view(), 0, 3)[c - 96] == 0);
 
-  // Activations: int16 with float scales, same blocks; the vectorized path matches the scalar rule.
-  std::vector<int16_t> q(128);
-  std::vector<float> d(4);
-  kernels::q8::quantize_activations(m.row(0).data(), cols, q.data(), d.data());
-  for (Index c = 0; c < cols; ++c) {
-    const float expected = m(0, c) / d[static_cast<size_t>(c / 32)];
-    CHECK(std::abs(q[static_cast<size_t>(c)] - expected) <= 0.5f + 1e-3f);
-  }
-}
-
-TEST_CASE("matrix-vector kernels match their references on random inputs") {
-  for (Index cols : {8, 32, 64, 100, 512, 1408}) {
-    for (Index rows : {1, 3, 4, 17, 64}) {
-      CAPTURE(rows);
-      CAPTURE(cols);
-      const MatrixRM<float> m = random_matrix(rows, cols, static_cast<uint32_t>(rows * 1000 + cols), 0.05f);
-      const MatrixRM<float> x = random_matrix(1, cols, 7);
-      std::vector<float> ref(static_cast<size_t>(rows)), got(static_cast<size_t>(rows));
-
-      kernels::f32::matvec_reference(m.data(), cols, x.data(), ref.data(), 0, rows);
-      kernels::f32::matvec(m.data(), cols, x.data(), got.data(), 0, rows);
-      for (Index r = 0; r < rows; ++r) CHECK(got[r] == doctest::Approx(ref[r]).epsilon(1e-5).scale(1));
-
-      const Weight<float> b = Weight<float>::owned(m).to_format(WeightFormat::BF16);
-      kernels::bf16::matvec_reference(b.bf16_data(), cols, x.data(), ref.data(), 0, rows);
-      kernels::bf16::matvec(b.bf16_data(), cols, x.data(), got.data(), 0, rows);
-      for (Index r = 0; r < rows; ++r) CHECK(got[r] == doctest::Approx(ref[r]).epsilon(1e-5).scale(1));
-
-      const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
-      const Index blocks = kernels::q8::blocks_for(cols);
-      std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
-      std::vector<float> xd(static_cast<size_t>(blocks));
-      kernels::q8::quantize_activations(x.data(), cols, xq.data(), xd.data());
-      kernels::q8::matvec_reference(q.q8_view(), xq.data(), xd.data(), ref.data(), 0, rows);
-      kernels::q8::matvec(q.q8_view(), xq.data(), xd.data(), got.data(), 0, rows);
-      for (Index r = 0; r < rows; ++r) CHECK(got[r] == doctest::Approx(ref[r]).epsilon(1e-5).scale(1));
-      // A sub-range writes only its rows.
-      if (rows > 4) {
-        std::vector<float> part(static_cast<size_t>(rows), -7.0f);
-        kernels::q8::matvec(q.q8_view(), xq.data(), xd.data(), part.data(), 1, rows - 1);
-        CHECK(part[0] == -7.0f);
-        CHECK(part[static_cast<size_t>(rows - 1)] == -7.0f);
-        for (Index r = 1; r < rows - 1; ++r) CHECK(part[static_cast<size_t>(r)] == doctest::Approx(ref[r]).epsilon(1e-5).scale(1));
-      }
+  // Activations: int16 with float scales, same blocks; every target's (whole blocks vectorized,
+  // the last one not) gives the scalar rule's bit for bit.
+  for (Index r = 0; r < m.rows(); ++r) {
+    std::vector<int16_t> q(128);
+    std::vector<float> d(4);
+    kernels::q8::scalar::quantize_activations(m.row(r).data(), cols, q.data(), d.data());
+    for (Index c = 0; c < cols; ++c) {
+      const float expected = m(r, c) / d[static_cast<size_t>(c / 32)];
+      CHECK(std::abs(q[static_cast<size_t>(c)] - expected) <= 0.5f + 1e-3f);
+    }
+    for (const kernels::Kernels* k : runnable_targets()) {
+      CAPTURE(k->name);
+      std::vector<int16_t> target_q(128, 99);
+      std::vector<float> target_d(4, -1.0f);
+      k->quantize_activations(m.row(r).data(), cols, target_q.data(), target_d.data());
+      CHECK(target_q == q);
+      CHECK(target_d == d);
     }
   }
 }
 
-TEST_CASE("linear(): every format, decode and prefill, 1 and 2 threads, against the plain Eigen product") {
+TEST_CASE("linear(): every target, every format, decode and prefill, 1 and 2 threads, against the plain Eigen product") {
   // The plain product on the widened weight (and, for q8, on the rounded activations).
-  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
-    for (int threads : {1, 2}) {
-      kernels::ThreadPool pool(threads);
-      kernels::Workspace work;
-      work.pool = &pool;
-      for (Index n : {1, 2, 3, 7, 33}) {
-        for (const auto& shape : {std::pair<Index, Index>{64, 48}, {200, 64}, {1408, 512}, {96, 1408}, {50, 45}, {13, 301}}) {
-          const Index rows = shape.first, cols = shape.second;  // clang 14 cannot capture structured bindings
-          CAPTURE(std::string(format_name(format)));
-          CAPTURE(threads);
-          CAPTURE(n);
-          CAPTURE(rows);
-          CAPTURE(cols);
-          const Weight<float> w = Weight<float>::owned(random_matrix(rows, cols, 11, 1.0f / std::sqrt(float(cols)))).to_format(format);
-          const MatrixRM<float> x = random_matrix(n + 2, cols + 5, 12);  // a block with an outer stride
-          const auto xb = x.topLeftCorner(n, cols);
-          const MatrixRM<float> expected =
-              (format == WeightFormat::Q8 ? q8_rounded(xb) : MatrixRM<float>(xb)) * widened(w).transpose();
-          MatrixRM<float> out = MatrixRM<float>::Constant(n + 1, rows + 3, 99.0f);
-          kernels::linear(xb, w, out.topLeftCorner(n, rows), work);
-          CHECK(max_abs(out.topLeftCorner(n, rows), expected) <= 3e-5);
-          CHECK((out.rightCols(3).array() == 99.0f).all());  // nothing outside the block is written
-          CHECK((out.bottomRows(1).array() == 99.0f).all());
+  for (const kernels::Kernels* k : runnable_targets()) {
+    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+      for (int threads : {1, 2}) {
+        kernels::ThreadPool pool(threads);
+        kernels::Workspace work;
+        work.pool = &pool;
+        work.kernels = k;
+        for (Index n : {1, 2, 3, 7, 33}) {
+          for (const auto& shape : {std::pair<Index, Index>{64, 48}, {200, 64}, {1408, 512}, {96, 1408}, {50, 45}, {13, 301}}) {
+            const Index rows = shape.first, cols = shape.second;  // clang 14 cannot capture structured bindings
+            CAPTURE(k->name);
+            CAPTURE(std::string(format_name(format)));
+            CAPTURE(threads);
+            CAPTURE(n);
+            CAPTURE(rows);
+            CAPTURE(cols);
+            const Weight<float> w = Weight<float>::owned(random_matrix(rows, cols, 11, 1.0f / std::sqrt(float(cols)))).to_format(format);
+            const MatrixRM<float> x = random_matrix(n + 2, cols + 5, 12);  // a block with an outer stride
+            const auto xb = x.topLeftCorner(n, cols);
+            const MatrixRM<float> expected =
+                (format == WeightFormat::Q8 ? q8_rounded(xb) : MatrixRM<float>(xb)) * widened(w).transpose();
+            MatrixRM<float> out = MatrixRM<float>::Constant(n + 1, rows + 3, 99.0f);
+            kernels::linear(xb, w, out.topLeftCorner(n, rows), work);
+            CHECK(max_abs(out.topLeftCorner(n, rows), expected) <= 3e-5);
+            CHECK((out.rightCols(3).array() == 99.0f).all());  // nothing outside the block is written
+            CHECK((out.bottomRows(1).array() == 99.0f).all());
+          }
         }
       }
     }
@@ -268,65 +264,73 @@ TEST_CASE("random models: bf16 and q8 logits stay near f32; the tied matrix is o
   CHECK(q8.weight_bytes() < f32.weight_bytes() / 3);
 }
 
-TEST_CASE("linear(): up to 8 positions give each exactly what it gives alone (a small batch's decode step)") {
-  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
-    kernels::ThreadPool pool(2);
-    kernels::Workspace work;
-    work.pool = &pool;
-    const Weight<float> w = Weight<float>::owned(random_matrix(70, 100, 41, 0.1f)).to_format(format);
-    for (Index n = 2; n <= 8; ++n) {
-      CAPTURE(std::string(format_name(format)));
-      CAPTURE(n);
-      const MatrixRM<float> x = random_matrix(n, 100, 42);
-      MatrixRM<float> y(n, 70), alone(1, 70);
-      kernels::linear(x, w, y, work);
-      for (Index i = 0; i < n; ++i) {
-        kernels::linear(x.middleRows(i, 1), w, alone, work);
-        CHECK((y.row(i).array() == alone.row(0).array()).all());
+TEST_CASE("linear(): up to 8 positions give each exactly what it gives alone (a small batch's decode step), on every target") {
+  for (const kernels::Kernels* k : runnable_targets()) {
+    CAPTURE(k->name);
+    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+      kernels::ThreadPool pool(2);
+      kernels::Workspace work;
+      work.pool = &pool;
+      work.kernels = k;
+      const Weight<float> w = Weight<float>::owned(random_matrix(70, 100, 41, 0.1f)).to_format(format);
+      for (Index n = 2; n <= 8; ++n) {
+        CAPTURE(std::string(format_name(format)));
+        CAPTURE(n);
+        const MatrixRM<float> x = random_matrix(n, 100, 42);
+        MatrixRM<float> y(n, 70), alone(1, 70);
+        kernels::linear(x, w, y, work);
+        for (Index i = 0; i < n; ++i) {
+          kernels::linear(x.middleRows(i, 1), w, alone, work);
+          CHECK((y.row(i).array() == alone.row(0).array()).all());
+        }
       }
     }
   }
 }
 
-TEST_CASE("linear_each(): several weights of one input give what one linear() each gives") {
+TEST_CASE("linear_each(): several weights of one input give what one linear() each gives, on every target") {
   // Decode (n < 9) and prefill (gemm_each: one pack, the rows of all three in one dispatch, here
   // 130 rows = 3 chunks of 48, 40, 17); the last pair mixes q8 with another format (two inputs).
   const std::pair<WeightFormat, WeightFormat> pairs[] = {{WeightFormat::F32, WeightFormat::F32},
                                                          {WeightFormat::BF16, WeightFormat::BF16},
                                                          {WeightFormat::Q8, WeightFormat::Q8},
                                                          {WeightFormat::Q8, WeightFormat::F32}};
-  for (const auto& formats : pairs) {
-    for (int threads : {1, 2, 3}) {
-      kernels::ThreadPool pool(threads);
-      kernels::Workspace work;
-      work.pool = &pool;
-      for (Index n : {1, 2, 5, 8, 9, 33}) {
-        CAPTURE(std::string(format_name(formats.first)));
-        CAPTURE(std::string(format_name(formats.second)));
-        CAPTURE(threads);
-        CAPTURE(n);
-        const Weight<float> a = Weight<float>::owned(random_matrix(130, 64, 21, 0.1f)).to_format(formats.first);
-        const Weight<float> b = Weight<float>::owned(random_matrix(40, 64, 22, 0.1f)).to_format(formats.second);
-        const Weight<float> c = Weight<float>::owned(random_matrix(17, 64, 23, 0.1f)).to_format(formats.first);
-        const MatrixRM<float> x = random_matrix(n, 64, 24);
-        // All three outputs are blocks of one buffer, as q, k and v are of the activations.
-        MatrixRM<float> y = MatrixRM<float>::Constant(n, 130 + 40 + 17 + 1, 99.0f);
-        auto ya = y.middleCols(0, 130), yb = y.middleCols(130, 40), yc = y.middleCols(170, 17);
-        MatrixRM<float> ea(n, 130), eb(n, 40), ec(n, 17);
-        kernels::linear_each(x, work, std::tie(a, ya), std::tie(b, yb), std::tie(c, yc));
-        kernels::linear(x, a, ea, work);
-        kernels::linear(x, b, eb, work);
-        kernels::linear(x, c, ec, work);
-        CHECK(max_abs(ya, ea) <= 1e-6);
-        CHECK(max_abs(yb, eb) <= 1e-6);
-        CHECK(max_abs(yc, ec) <= 1e-6);
-        CHECK((y.rightCols(1).array() == 99.0f).all());  // nothing outside the blocks is written
+  for (const kernels::Kernels* k : runnable_targets()) {
+    CAPTURE(k->name);
+    for (const auto& formats : pairs) {
+      for (int threads : {1, 2, 3}) {
+        kernels::ThreadPool pool(threads);
+        kernels::Workspace work;
+        work.pool = &pool;
+        work.kernels = k;
+        for (Index n : {1, 2, 5, 8, 9, 33}) {
+          CAPTURE(std::string(format_name(formats.first)));
+          CAPTURE(std::string(format_name(formats.second)));
+          CAPTURE(threads);
+          CAPTURE(n);
+          const Weight<float> a = Weight<float>::owned(random_matrix(130, 64, 21, 0.1f)).to_format(formats.first);
+          const Weight<float> b = Weight<float>::owned(random_matrix(40, 64, 22, 0.1f)).to_format(formats.second);
+          const Weight<float> c = Weight<float>::owned(random_matrix(17, 64, 23, 0.1f)).to_format(formats.first);
+          const MatrixRM<float> x = random_matrix(n, 64, 24);
+          // All three outputs are blocks of one buffer, as q, k and v are of the activations.
+          MatrixRM<float> y = MatrixRM<float>::Constant(n, 130 + 40 + 17 + 1, 99.0f);
+          auto ya = y.middleCols(0, 130), yb = y.middleCols(130, 40), yc = y.middleCols(170, 17);
+          MatrixRM<float> ea(n, 130), eb(n, 40), ec(n, 17);
+          kernels::linear_each(x, work, std::tie(a, ya), std::tie(b, yb), std::tie(c, yc));
+          kernels::linear(x, a, ea, work);
+          kernels::linear(x, b, eb, work);
+          kernels::linear(x, c, ec, work);
+          CHECK(max_abs(ya, ea) <= 1e-6);
+          CHECK(max_abs(yb, eb) <= 1e-6);
+          CHECK(max_abs(yc, ec) <= 1e-6);
+          CHECK((y.rightCols(1).array() == 99.0f).all());  // nothing outside the blocks is written
+        }
       }
     }
   }
 }
 
-TEST_CASE("q8::matvec: blocks at the largest magnitudes sum exactly (no int32 overflow, exact float lanes)") {
+TEST_CASE("q8 matvec of every target: blocks at the largest magnitudes sum exactly (no int32 overflow, exact float lanes)") {
   // Every weight quantizes to +-127 and every activation to +-32767: the largest block sums.
   const Index rows = 8, cols = 1408;
   MatrixRM<float> m(rows, cols);
@@ -337,140 +341,130 @@ TEST_CASE("q8::matvec: blocks at the largest magnitudes sum exactly (no int32 ov
   }
   const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
   const Index blocks = kernels::q8::blocks_for(cols);
-  std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
-  std::vector<float> xd(static_cast<size_t>(blocks));
-  kernels::q8::quantize_activations(x.data(), cols, xq.data(), xd.data());
-  for (Index c = 0; c < cols; ++c) CHECK(std::abs(xq[static_cast<size_t>(c)]) == 32767);
-  std::vector<float> ref(static_cast<size_t>(rows)), got(static_cast<size_t>(rows));
-  kernels::q8::matvec_reference(q.q8_view(), xq.data(), xd.data(), ref.data(), 0, rows);
-  kernels::q8::matvec(q.q8_view(), xq.data(), xd.data(), got.data(), 0, rows);
-  for (Index r = 0; r < rows; ++r) {
-    double exact = 0;
-    for (Index c = 0; c < cols; ++c) exact += static_cast<double>(m(r, c)) * x[static_cast<size_t>(c)];
-    CHECK(got[static_cast<size_t>(r)] == doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-6));
-    CHECK(got[static_cast<size_t>(r)] == doctest::Approx(exact).epsilon(1e-3));
-  }
-}
-
-TEST_CASE("q8::quantize_activations: tiny, zero and non-finite blocks never convert NaN to an integer (fuzz_safetensors finding)") {
-  using minimind::kernels::q8::quantize_activations;
-  const float tiny = std::numeric_limits<float>::denorm_min();
-  for (const Index cols : {Index{8}, Index{32}}) {  // the scalar tail path and the AVX2 full block
-    CAPTURE(cols);
-    // 32767 / denorm_min overflows: a zero next to it made 0 * inf = NaN before the fix.
-    std::vector<float> x(static_cast<size_t>(cols), 0.0f);
-    x[1] = tiny;
-    x[2] = -tiny;
-    std::vector<int16_t> q(32, 99);
-    float d = -1;
-    quantize_activations(x.data(), cols, q.data(), &d);
-    CHECK(d == 0.0f);
-    for (const int16_t v : q) CHECK(v == 0);
-    // Non-finite activations keep the block's product non-finite (the sampler refuses it).
-    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-      x.assign(static_cast<size_t>(cols), 1.0f);
-      x[3] = bad;
-      quantize_activations(x.data(), cols, q.data(), &d);
-      CHECK_FALSE(std::isfinite(d));
+  for (const kernels::Kernels* k : runnable_targets()) {
+    CAPTURE(k->name);
+    std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
+    std::vector<float> xd(static_cast<size_t>(blocks));
+    k->quantize_activations(x.data(), cols, xq.data(), xd.data());
+    for (Index c = 0; c < cols; ++c) CHECK(std::abs(xq[static_cast<size_t>(c)]) == 32767);
+    std::vector<float> ref(static_cast<size_t>(rows)), got(static_cast<size_t>(rows));
+    kernels::q8::matvec_reference(q.q8_view(), xq.data(), xd.data(), ref.data(), 0, rows);
+    matvec<kernels::q8::Format>(*k, q, {x.data(), xq.data(), xd.data()}, got.data(), 0, rows);
+    for (Index r = 0; r < rows; ++r) {
+      double exact = 0;
+      for (Index c = 0; c < cols; ++c) exact += static_cast<double>(m(r, c)) * x[static_cast<size_t>(c)];
+      CHECK(got[static_cast<size_t>(r)] == doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-6));
+      CHECK(got[static_cast<size_t>(r)] == doctest::Approx(exact).epsilon(1e-3));
     }
   }
 }
 
-TEST_CASE("gemm(): every format against the plain product, rows not a multiple of the tile, columns not of a vector, 3..70 positions, 1 to 3 threads") {
+TEST_CASE("q8 activations on every target: tiny, zero and non-finite blocks never convert NaN to an integer (fuzz_safetensors finding)") {
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  for (const kernels::Kernels* k : runnable_targets()) {
+    for (const Index cols : {Index{8}, Index{32}}) {  // the scalar tail path and the AVX2 full block
+      CAPTURE(k->name);
+      CAPTURE(cols);
+      // 32767 / denorm_min overflows: a zero next to it made 0 * inf = NaN before the fix.
+      std::vector<float> x(static_cast<size_t>(cols), 0.0f);
+      x[1] = tiny;
+      x[2] = -tiny;
+      std::vector<int16_t> q(32, 99);
+      float d = -1;
+      k->quantize_activations(x.data(), cols, q.data(), &d);
+      CHECK(d == 0.0f);
+      for (const int16_t v : q) CHECK(v == 0);
+      // Non-finite activations keep the block's product non-finite (the sampler refuses it).
+      for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        x.assign(static_cast<size_t>(cols), 1.0f);
+        x[3] = bad;
+        k->quantize_activations(x.data(), cols, q.data(), &d);
+        CHECK_FALSE(std::isfinite(d));
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm_each() of every target, every format, against the plain product: rows not a multiple of the tile, columns not of a vector, 3..70 positions, 1 to 3 threads") {
   // Tiles are 12 rows x 32 positions (AVX-512) or 6 x 16 (AVX2), in chunks of 48 rows and blocks
   // of 256 columns: these shapes leave a remainder in each, and 300 columns span two blocks.
-  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
-    for (int threads : {1, 2, 3}) {
-      kernels::ThreadPool pool(threads);
-      kernels::GemmScratch scratch;
-      for (const auto& shape : {std::pair<Index, Index>{1, 40}, {13, 300}, {59, 77}, {100, 33}, {131, 520}}) {
-        const Index rows = shape.first, cols = shape.second;
-        const Weight<float> w = Weight<float>::owned(random_matrix(rows, cols, 31, 1.0f / std::sqrt(float(cols)))).to_format(format);
-        const MatrixRM<float> plain = widened(w);
-        for (Index n : {3, 8, 9, 16, 17, 31, 32, 33, 40, 64, 70}) {
-          CAPTURE(std::string(format_name(format)));
-          CAPTURE(threads);
-          CAPTURE(rows);
-          CAPTURE(cols);
-          CAPTURE(n);
-          const MatrixRM<float> x = random_matrix(n, cols + 3, 32);  // rows with an outer stride
-          const auto xb = x.leftCols(cols);
-          const MatrixRM<float> expected = (format == WeightFormat::Q8 ? q8_rounded(xb) : MatrixRM<float>(xb)) * plain.transpose();
-          MatrixRM<float> y = MatrixRM<float>::Constant(n, rows + 2, 99.0f);
-          kernels::gemm(x.data(), x.outerStride(), n, w, y.data(), y.outerStride(), scratch, &pool);
-          CHECK(max_abs(y.leftCols(rows), expected) <= 3e-5);
-          CHECK((y.rightCols(2).array() == 99.0f).all());
+  for (const kernels::Kernels* k : runnable_targets()) {
+    CAPTURE(k->name);
+    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+      for (int threads : {1, 2, 3}) {
+        kernels::ThreadPool pool(threads);
+        kernels::GemmScratch scratch;
+        for (const auto& shape : {std::pair<Index, Index>{1, 40}, {13, 300}, {59, 77}, {100, 33}, {131, 520}}) {
+          const Index rows = shape.first, cols = shape.second;
+          const Weight<float> w = Weight<float>::owned(random_matrix(rows, cols, 31, 1.0f / std::sqrt(float(cols)))).to_format(format);
+          const MatrixRM<float> plain = widened(w);
+          for (Index n : {3, 8, 9, 16, 17, 31, 32, 33, 40, 64, 70}) {
+            CAPTURE(std::string(format_name(format)));
+            CAPTURE(threads);
+            CAPTURE(rows);
+            CAPTURE(cols);
+            CAPTURE(n);
+            const MatrixRM<float> x = random_matrix(n, cols + 3, 32);  // rows with an outer stride
+            const auto xb = x.leftCols(cols);
+            const MatrixRM<float> expected = (format == WeightFormat::Q8 ? q8_rounded(xb) : MatrixRM<float>(xb)) * plain.transpose();
+            MatrixRM<float> y = MatrixRM<float>::Constant(n, rows + 2, 99.0f);
+            const kernels::GemmProduct product{&w, y.data(), y.outerStride()};
+            k->gemm_each(x.data(), x.outerStride(), n, {&product, 1}, scratch, &pool);
+            CHECK(max_abs(y.leftCols(rows), expected) <= 3e-5);
+            CHECK((y.rightCols(2).array() == 99.0f).all());
+          }
         }
       }
     }
   }
 }
 
-namespace {
-
-// The decode kernels of one target, as the format files provide them.
-struct DecodeTarget {
-  std::string_view name;
-  void (*f32)(const float*, Index, const float*, float*, Index, Index);
-  void (*bf16)(const uint16_t*, Index, const float*, float*, Index, Index);
-  void (*q8)(const kernels::q8::View&, const int16_t*, const float*, float*, Index, Index);
-};
-
-// Every target this build compiled (this CPU runs them all, as it runs the build's best).
-std::vector<DecodeTarget> compiled_decode_targets() {
-  namespace k = kernels;
-  std::vector<DecodeTarget> targets;
-#if MINIMIND_AVX512
-  // q8 has no 512-bit kernel (slower than the 256-bit one): AVX-512 builds run AVX2's.
-  targets.push_back({"avx512", k::f32::matvec_rows<k::f32::dot<k::Avx512>>, k::bf16::matvec_rows<k::bf16::dot<k::Avx512>>,
-                     k::q8::matvec_groups<k::q8::avx2::group>});
-#endif
-#if MINIMIND_AVX2
-  targets.push_back({"avx2", k::f32::matvec_rows<k::f32::dot<k::Avx2>>, k::bf16::matvec_rows<k::bf16::dot<k::Avx2>>,
-                     k::q8::matvec_groups<k::q8::avx2::group>});
-#endif
-#if MINIMIND_NEON
-  // q8's row dot is NEON's there (q8::dot), under the same group loop as the plain one.
-  targets.push_back({"neon", k::f32::matvec_rows<k::f32::dot<k::neon::Ops>>,
-                     k::bf16::matvec_rows<k::bf16::dot<k::neon::Ops>>, k::q8::matvec_groups<k::q8::scalar::group>});
-#endif
-#if MINIMIND_WASM_SIMD
-  targets.push_back({"wasm_simd128", k::f32::matvec_rows<k::f32::dot<k::wasm::Ops>>,
-                     k::bf16::matvec_rows<k::bf16::dot<k::wasm::Ops>>, k::q8::matvec_groups<k::q8::scalar::group>});
-#endif
-  targets.push_back({"scalar", k::f32::matvec_rows<k::f32::scalar::dot>, k::bf16::matvec_rows<k::bf16::scalar::dot>,
-                     k::q8::matvec_groups<k::q8::scalar::group>});
-  return targets;
-}
-
-}  // namespace
-
-TEST_CASE("decode kernels of every compiled target match the references on awkward shapes and row ranges") {
-  const auto targets = compiled_decode_targets();
-  std::string ran, not_run;
-  for (const auto& t : kernels::kTargets) {
-    std::string& list = t.compiled ? ran : not_run;
-    list += (list.empty() ? "" : ", ") + std::string(t.name);
+TEST_CASE("decode kernels of every target this CPU runs match the references on awkward shapes and row ranges") {
+  // The targets by name: run here, compiled but not for this CPU, not in this build.
+  std::string ran, not_on_cpu, not_compiled;
+  for (const std::string_view name : kernels::kTargetNames) {
+    const auto targets = kernels::targets();
+    const auto t = std::find_if(targets.begin(), targets.end(), [&](const kernels::Target& c) { return c.kernels->name == name; });
+    std::string& list = t == targets.end() ? not_compiled : t->runs ? ran : not_on_cpu;
+    list += (list.empty() ? "" : ", ") + std::string(name);
   }
-  MESSAGE("decode kernels ran for: " << ran << "; not in this build (or CPU): " << (not_run.empty() ? "none" : not_run));
-  CHECK(targets.size() == static_cast<size_t>(std::count_if(kernels::kTargets.begin(), kernels::kTargets.end(),
-                                                           [](const kernels::Target& t) { return t.compiled; })));
-  CHECK(targets.front().name == kernels::name());
+  MESSAGE("decode kernels ran for: " << ran << "; not on this CPU: " << (not_on_cpu.empty() ? "none" : not_on_cpu)
+                                     << "; not in this build: " << (not_compiled.empty() ? "none" : not_compiled));
+  const auto targets = runnable_targets();
+  REQUIRE(!targets.empty());
+  CHECK(targets.front() == &kernels::active());  // the best one runs, and linear() uses it
+  CHECK(kernels::Workspace{}.kernels == &kernels::active());
+  CHECK(std::string_view(kernels::name()) == kernels::active().name);
+  CHECK(targets.back()->name == std::string_view("scalar"));
+  // Every compiled target is a known one, in the known order (best first).
+  size_t known = 0;
+  for (const kernels::Target& t : kernels::targets()) {
+    while (known < kernels::kTargetNames.size() && kernels::kTargetNames[known] != t.kernels->name) ++known;
+    CHECK(known < kernels::kTargetNames.size());
+  }
+#if MINIMIND_X86_DISPATCH
+  // A dispatch build has every x86 target, whatever its flags.
+  REQUIRE(kernels::targets().size() == 3);
+  CHECK(kernels::targets()[0].kernels->name == std::string_view("avx512"));
+  CHECK(kernels::targets()[1].kernels->name == std::string_view("avx2"));
+#endif
 
-  for (const auto& target : targets) {
-    CAPTURE(target.name);
-    for (Index cols : {1, 15, 17, 33, 63, 65, 100, 129, 777}) {
-      for (Index rows : {1, 3, 5, 9, 13}) {
+  for (const kernels::Kernels* k : targets) {
+    CAPTURE(k->name);
+    for (Index cols : {1, 15, 17, 33, 63, 65, 100, 129, 512, 777, 1408}) {
+      for (Index rows : {1, 3, 4, 5, 9, 13, 17, 64}) {
         CAPTURE(rows);
         CAPTURE(cols);
         const MatrixRM<float> m = random_matrix(rows, cols, static_cast<uint32_t>(rows * 7919 + cols), 0.05f);
         const MatrixRM<float> x = random_matrix(1, cols, static_cast<uint32_t>(cols + 3));
-        const Weight<float> b = Weight<float>::owned(m).to_format(WeightFormat::BF16);
-        const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
+        const Weight<float> f = Weight<float>::owned(m);
+        const Weight<float> b = f.to_format(WeightFormat::BF16);
+        const Weight<float> q = f.to_format(WeightFormat::Q8);
         const Index blocks = kernels::q8::blocks_for(cols);
         std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
         std::vector<float> xd(static_cast<size_t>(blocks));
-        kernels::q8::quantize_activations(x.data(), cols, xq.data(), xd.data());
+        k->quantize_activations(x.data(), cols, xq.data(), xd.data());
+        const kernels::DecodeInput in{x.data(), xq.data(), xd.data()};
 
         // Whole matrix, then ranges that start and end inside groups of four rows.
         for (const auto& range : {std::pair<Index, Index>{0, rows}, {1, rows}, {rows / 2, rows - 1}, {2, rows}}) {
@@ -488,13 +482,13 @@ TEST_CASE("decode kernels of every compiled target match the references on awkwa
             std::fill(got.begin(), got.end(), -7.0f);
           };
           kernels::f32::matvec_reference(m.data(), cols, x.data(), ref.data(), begin, end);
-          target.f32(m.data(), cols, x.data(), got.data(), begin, end);
+          matvec<kernels::f32::Format>(*k, f, in, got.data(), begin, end);
           check("f32");
           kernels::bf16::matvec_reference(b.bf16_data(), cols, x.data(), ref.data(), begin, end);
-          target.bf16(b.bf16_data(), cols, x.data(), got.data(), begin, end);
+          matvec<kernels::bf16::Format>(*k, b, in, got.data(), begin, end);
           check("bf16");
           kernels::q8::matvec_reference(q.q8_view(), xq.data(), xd.data(), ref.data(), begin, end);
-          target.q8(q.q8_view(), xq.data(), xd.data(), got.data(), begin, end);
+          matvec<kernels::q8::Format>(*k, q, in, got.data(), begin, end);
           check("q8");
         }
       }
@@ -504,11 +498,12 @@ TEST_CASE("decode kernels of every compiled target match the references on awkwa
 
 namespace {
 
-// A 128-bit target's three dot products (kernels/neon.hpp, kernels/wasm_simd128.hpp) against the
-// scalar references, on lengths that leave every tail: f32 on multiples of 4, bf16 of 8, q8 rows
-// of 1 to 9 blocks, in grouped rows (blocks 128 bytes apart) and the rows after the last group.
-template <class F32Dot, class Bf16Dot, class Q8Dot>
-void check_128bit_dots(F32Dot f32_dot, Bf16Dot bf16_dot, Q8Dot q8_dot) {
+// A 128-bit target's dot products (the target sections for kernels/neon.hpp and
+// kernels/wasm_simd128.hpp) against the scalar references, on lengths that leave every tail: f32
+// on multiples of 4, bf16 of 8, each then with its own tail; q8 rows of 1 to 9 blocks, in grouped
+// rows (blocks 128 bytes apart) and the rows after the last group.
+template <class F32Dot, class Bf16Dot, class Q8BlocksDot, class Q8RowDot>
+void check_128bit_dots(F32Dot f32_dot, Bf16Dot bf16_dot, Q8BlocksDot q8_blocks_dot, Q8RowDot q8_row_dot) {
   for (Index cols : {1, 3, 4, 7, 8, 12, 15, 16, 20, 31, 33, 64, 100, 257, 1027}) {
     CAPTURE(cols);
     const MatrixRM<float> m = random_matrix(5, cols, static_cast<uint32_t>(cols), 0.05f);
@@ -517,17 +512,14 @@ void check_128bit_dots(F32Dot f32_dot, Bf16Dot bf16_dot, Q8Dot q8_dot) {
     kernels::f32::matvec_reference(m.data(), cols, x.data(), &ref, 0, 1);
     CHECK(f32_dot(m.data(), x.data(), cols / 4 * 4) + kernels::f32::scalar::dot(m.data() + cols / 4 * 4, x.data() + cols / 4 * 4, cols % 4) ==
           doctest::Approx(ref).epsilon(1e-5).scale(1));
-    float got = 0;  // the build's own matvec: this target with its tail
-    kernels::f32::matvec(m.data(), cols, x.data(), &got, 0, 1);
-    CHECK(got == doctest::Approx(ref).epsilon(1e-5).scale(1));
+    CHECK(f32_dot(m.data(), x.data(), cols) == doctest::Approx(ref).epsilon(1e-5).scale(1));
 
     const Weight<float> b = Weight<float>::owned(m).to_format(WeightFormat::BF16);
     kernels::bf16::matvec_reference(b.bf16_data(), cols, x.data(), &ref, 0, 1);
     const Index whole = cols / 8 * 8;
     CHECK(bf16_dot(b.bf16_data(), x.data(), whole) + kernels::bf16::scalar::dot(b.bf16_data() + whole, x.data() + whole, cols % 8) ==
           doctest::Approx(ref).epsilon(1e-5).scale(1));
-    kernels::bf16::matvec(b.bf16_data(), cols, x.data(), &got, 0, 1);
-    CHECK(got == doctest::Approx(ref).epsilon(1e-5).scale(1));
+    CHECK(bf16_dot(b.bf16_data(), x.data(), cols) == doctest::Approx(ref).epsilon(1e-5).scale(1));
   }
   for (Index blocks = 1; blocks <= 9; ++blocks) {
     const Index cols = blocks * 32 - 5;  // the last block zero padded
@@ -538,15 +530,15 @@ void check_128bit_dots(F32Dot f32_dot, Bf16Dot bf16_dot, Q8Dot q8_dot) {
     const kernels::q8::View w = q.q8_view();
     std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
     std::vector<float> xd(static_cast<size_t>(blocks));
-    kernels::q8::quantize_activations(x.data(), cols, xq.data(), xd.data());
+    kernels::q8::scalar::quantize_activations(x.data(), cols, xq.data(), xd.data());
     std::vector<float> ref(5);
     kernels::q8::matvec_reference(w, xq.data(), xd.data(), ref.data(), 0, 5);
     for (Index r = 0; r < 5; ++r) {
       CAPTURE(r);
       const Index stride = r < 4 ? 4 * 32 : 32;  // row 4 follows the one group of four
-      CHECK(q8_dot(kernels::q8::block_ptr(w, r, 0), stride, w.d + r * blocks, xq.data(), xd.data(), blocks) ==
+      CHECK(q8_blocks_dot(kernels::q8::block_ptr(w, r, 0), stride, w.d + r * blocks, xq.data(), xd.data(), blocks) ==
             doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-5).scale(1));
-      CHECK(kernels::q8::dot(w, r, xq.data(), xd.data()) == doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-5).scale(1));
+      CHECK(q8_row_dot(w, r, xq.data(), xd.data()) == doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-5).scale(1));
     }
   }
 }
@@ -554,8 +546,8 @@ void check_128bit_dots(F32Dot f32_dot, Bf16Dot bf16_dot, Q8Dot q8_dot) {
 }  // namespace
 
 TEST_CASE("NEON dot products (aarch64) match the scalar references on every tail") {
-#if MINIMIND_NEON
-  check_128bit_dots(kernels::f32::dot<kernels::neon::Ops>, kernels::bf16::dot<kernels::neon::Ops>, kernels::neon::q8_dot);
+#if MINIMIND_HAS_NEON
+  check_128bit_dots(kernels::f32::neon::dot, kernels::bf16::neon::dot, kernels::neon::q8_dot, kernels::q8::neon::dot);
   MESSAGE("ran: NEON kernels");
 #else
   MESSAGE("not run: NEON kernels (this build is not for aarch64)");
@@ -563,10 +555,91 @@ TEST_CASE("NEON dot products (aarch64) match the scalar references on every tail
 }
 
 TEST_CASE("WebAssembly SIMD128 dot products match the scalar references on every tail") {
-#if MINIMIND_WASM_SIMD
-  check_128bit_dots(kernels::f32::dot<kernels::wasm::Ops>, kernels::bf16::dot<kernels::wasm::Ops>, kernels::wasm::q8_dot);
+#if MINIMIND_HAS_WASM_SIMD
+  check_128bit_dots(kernels::f32::wasm_simd128::dot, kernels::bf16::wasm_simd128::dot, kernels::wasm_simd128::q8_dot,
+                    kernels::q8::wasm_simd128::dot);
   MESSAGE("ran: WebAssembly SIMD128 kernels");
 #else
   MESSAGE("not run: WebAssembly SIMD128 kernels (this build is not for wasm with -msimd128)");
 #endif
+}
+
+TEST_CASE("silu_mul of every target: within 2e-7 (relative; 1e-35 absolute, for gates below -87) of the double formula, NaN stays NaN") {
+  std::vector<float> gate = {0.0f, 1.0f, -1.0f, 3.5f, -3.5f, 20.0f, -20.0f, 87.5f, -87.5f, 100.0f, -100.0f, 1e-30f};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  while (gate.size() < 301) gate.push_back(normal(rng));
+  const std::vector<float> up = [&] {
+    std::vector<float> u(gate.size());
+    for (float& v : u) v = normal(rng);
+    return u;
+  }();
+  for (const kernels::Kernels* k : runnable_targets()) {
+    CAPTURE(std::string(k->name));
+    for (const Index n : {Index{1}, Index{7}, Index{16}, Index{17}, Index{300}}) {  // whole vectors and tails
+      CAPTURE(n);
+      std::vector<float> g = gate;
+      k->silu_mul(g.data(), up.data(), n);
+      for (Index c = 0; c < n; ++c) {
+        const size_t i = static_cast<size_t>(c);
+        const double x = gate[i], expected = x / (1 + std::exp(-x)) * up[i];
+        CAPTURE(x);
+        CHECK(std::abs(g[i] - expected) <= 2e-7 * std::abs(expected) + 1e-35);
+      }
+      CHECK(g[static_cast<size_t>(n)] == gate[static_cast<size_t>(n)]);  // nothing past n is written
+    }
+    std::vector<float> nan_gate(20, std::numeric_limits<float>::quiet_NaN()), ones(20, 1.0f);
+    k->silu_mul(nan_gate.data(), ones.data(), 20);
+    CHECK(std::all_of(nan_gate.begin(), nan_gate.end(), [](float v) { return std::isnan(v); }));
+  }
+}
+
+TEST_CASE("attend_head of every target: causal softmax(q k^T * scale) v against the double formula") {
+  for (const kernels::Kernels* k : runnable_targets()) {
+    for (const Index head_dim : {Index{64}, Index{96}, Index{5}, Index{40}}) {
+      for (const auto& shape : {std::pair<Index, Index>{1, 1}, {1, 300}, {3, 1}, {17, 9}, {32, 100}}) {
+        const Index m = shape.first, fv = shape.second;  // rows, and the keys the first row sees
+        CAPTURE(std::string(k->name));
+        CAPTURE(head_dim);
+        CAPTURE(m);
+        CAPTURE(fv);
+        const Index reach = fv + m - 1;
+        const MatrixRM<float> q = random_matrix(m, head_dim + 3, 21);  // rows with an outer stride
+        const MatrixRM<float> keys = random_matrix(reach, head_dim, 22), values = random_matrix(reach, head_dim, 23);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        MatrixRM<float> scores = MatrixRM<float>::Constant(m, reach + 2, 99.0f);
+        MatrixRM<float> out = MatrixRM<float>::Constant(m, head_dim + 1, 99.0f);
+        k->attend_head({.q = q.data(), .q_stride = q.cols(), .m = m, .first_visible = fv, .keys = keys.data(),
+                        .values = values.data(), .head_dim = head_dim, .scale = scale, .scores = scores.data(),
+                        .scores_stride = scores.cols(), .out = out.data(), .out_stride = out.cols()});
+        double worst_p = 0, worst_out = 0;
+        for (Index i = 0; i < m; ++i) {
+          const Index visible = fv + i;
+          std::vector<double> p(static_cast<size_t>(visible));
+          double top = -1e300, sum = 0;
+          for (Index j = 0; j < visible; ++j) {
+            double s = 0;
+            for (Index c = 0; c < head_dim; ++c) s += double(q(i, c)) * keys(j, c);
+            p[static_cast<size_t>(j)] = s;
+            top = std::max(top, s);
+          }
+          for (double& v : p) sum += v = std::exp((v - top) * scale);
+          for (Index j = 0; j < reach; ++j) {
+            const double expected = j < visible ? p[static_cast<size_t>(j)] / sum : 0.0;
+            worst_p = testing::worse(worst_p, std::abs(scores(i, j) - expected));
+            if (j >= visible) CHECK(scores(i, j) == 0.0f);
+          }
+          for (Index c = 0; c < head_dim; ++c) {
+            double expected = 0;
+            for (Index j = 0; j < visible; ++j) expected += p[static_cast<size_t>(j)] / sum * values(j, c);
+            worst_out = testing::worse(worst_out, std::abs(out(i, c) - expected));
+          }
+        }
+        CHECK(worst_p <= 1e-6);
+        CHECK(worst_out <= 1e-5);
+        CHECK((scores.rightCols(2).array() == 99.0f).all());  // nothing past each row's reach is written
+        CHECK((out.rightCols(1).array() == 99.0f).all());
+      }
+    }
+  }
 }

@@ -101,10 +101,10 @@ class Attention {
   }
 
   // s.out = softmax(q k^T / sqrt(head_dim)) v for every head of every sequence, each row over its
-  // own sequence's cached keys up to its own position. A head's queries go in blocks: the block's
-  // scores against the keys its last query sees (one matrix product), a causal softmax per row
-  // (keys a row may not see get weight 0), and the weighted sum of the values (another).
-  // (sequence, head) pairs are split across the pool. With keep_probs (one sequence only) the
+  // own sequence's cached keys up to its own position. A head's queries go in blocks, each one
+  // kernels::attend_head (ops.hpp): scores against the keys, a causal softmax per row (keys a row
+  // may not see get weight 0), the weighted sum of the values. (sequence, head) pairs are split
+  // across the pool. With keep_probs (one sequence only) the
   // probabilities are also left in s.probs [heads * rows, length] for an observer.
   void attend(std::span<const SequenceRows<T>> seqs, size_t layer, AttentionScratch<T>& s, kernels::Workspace& work,
               bool keep_probs = false) const {
@@ -122,15 +122,20 @@ class Attention {
           const Index m = std::min(s.query_block, seq.rows - i0);
           const Index reach = seq.start + i0 + m;  // the block's last query sees [0, reach)
           auto scores = s.scores.block(thread * s.query_block, 0, m, reach);
-          scores.noalias() = s.q.block(seq.first_row + i0, h * head_dim_, m, head_dim_) * keys.topRows(reach).transpose();
-          for (Index i = 0; i < m; ++i) {
-            const Index visible = seq.start + i0 + i + 1;  // causal: it sees positions [0, visible)
-            auto seen = scores.row(i).head(visible);
-            seen = ((seen.array() - seen.maxCoeff()) * scale).exp();
-            seen /= seen.sum();
-            scores.row(i).tail(reach - visible).setZero();
-          }
-          s.out.block(seq.first_row + i0, h * head_dim_, m, head_dim_).noalias() = scores * values.topRows(reach);
+          work.attend_head(kernels::HeadAttention<T>{
+              .q = &s.q(seq.first_row + i0, h * head_dim_),
+              .q_stride = s.q.outerStride(),
+              .m = m,
+              .first_visible = seq.start + i0 + 1,  // causal: row i sees positions [0, start + i0 + i + 1)
+              .keys = keys.data(),
+              .values = values.data(),
+              .head_dim = head_dim_,
+              .scale = scale,
+              .scores = scores.data(),
+              .scores_stride = scores.outerStride(),
+              .out = &s.out(seq.first_row + i0, h * head_dim_),
+              .out_stride = s.out.outerStride(),
+          });
           if (keep_probs) s.probs.block(h * seq.rows + i0, 0, m, reach) = scores;
         }
       }

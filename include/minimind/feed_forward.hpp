@@ -72,8 +72,7 @@ class FeedForward {
     auto up = s.up.topLeftCorner(n, f);
     kernels::linear_each(x, work, std::tie(gate_proj, gate), std::tie(up_proj, up));  // x gate^T, x up^T
     work.parallel_for(n, 1, [&](Index first, Index last) {  // silu(gate) * up
-      auto g = gate.middleRows(first, last - first).array();
-      g = g / (T(1) + (-g).exp()) * up.middleRows(first, last - first).array();
+      for (Index r = first; r < last; ++r) work.silu_mul(&gate(r, 0), &up(r, 0), f);
     });
     kernels::linear(gate, down_proj, out, work);
   }

@@ -1,20 +1,23 @@
-#pragma once
 // Matrix-matrix products for prefill: Y [n, rows] = X [n, cols] W^T with W held in any format.
 //
 // The prompt's activations X are packed once per product into panels of P positions, k-major
 // (Xp[panel][k][P]): the one transposition is of the small operand. A micro-kernel then computes
 // an R-weight-row x P-position tile in registers: per k it broadcasts one weight of each of the R
 // rows and multiplies two vectors of Xp. With AVX-512 the tile is 12 x 32 (24 zmm accumulators),
-// with AVX2 6 x 16 (12 ymm). f32 weights are read in place; bf16 and q8
-// rows are widened, R rows x KC columns at a time, into a small per-thread buffer that stays in
-// L1 (Format::block, formats.hpp). The result is accumulated in a per-thread transposed tile buffer (rows x positions, so
-// tile stores are whole vectors) over blocks of KC columns, and transposed into Y at the end.
+// with AVX2 6 x 16 (12 ymm). f32 weights are read in place; bf16 and q8 rows are widened, R rows
+// x KC columns at a time, into a small per-thread buffer that stays in L1 (block(), in each
+// format's target section). The result is accumulated in a per-thread transposed tile buffer
+// (rows x positions, so tile stores are whole vectors) over blocks of KC columns, and transposed
+// into Y at the end.
 // Weight rows are split across the thread pool in chunks of 48 that the threads take as they
 // finish, so every weight is read from memory once; while a block of R rows is multiplied with the
 // panels, the next block's f32 or bf16 lines are prefetched. gemm_each does several products
 // of one X (q, k, v) with one pack and one dispatch.
 //
-// Without AVX2 the product falls back to Eigen's GEMM on widened panels.
+// All of it is the target section at the end, compiled once per target (simd.hpp); targets
+// without AVX2 fall back to Eigen's GEMM on widened panels.
+#ifndef MINIMIND_DETAIL_KERNELS_GEMM_HPP
+#define MINIMIND_DETAIL_KERNELS_GEMM_HPP
 #include "minimind/detail/kernels/formats.hpp"
 #include "minimind/detail/kernels/simd.hpp"
 #include "minimind/detail/kernels/thread_pool.hpp"
@@ -24,12 +27,28 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <cstddef>
+#include <new>
 #include <span>
 #include <vector>
 
 namespace minimind::kernels {
 
-using AlignedFloats = std::vector<float, Eigen::aligned_allocator<float>>;
+// Storage on 64-byte boundaries (a zmm vector, a cache line) whatever the build's flags: the
+// tiles load and store whole aligned vectors, and Eigen's aligned_allocator aligns only as much as
+// the build's own vectors need (16 bytes for plain x86-64, below an AVX2 target's 32).
+template <class T>
+struct LineAligned {
+  using value_type = T;
+  static constexpr std::align_val_t kAlignment{64};
+  LineAligned() = default;
+  template <class U>
+  LineAligned(const LineAligned<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
+  void deallocate(T* p, size_t) { ::operator delete(p, kAlignment); }
+  friend bool operator==(const LineAligned&, const LineAligned&) { return true; }
+};
+using AlignedFloats = std::vector<float, LineAligned<float>>;
 
 struct GemmScratch {
   AlignedFloats xp;                 // X packed in panels of kPanel positions
@@ -40,19 +59,15 @@ struct GemmScratch {
   std::vector<float> xd;
 };
 
+// One product of a shared input: y [n, w.rows()] = X W^T, rows y_stride apart.
+struct GemmProduct {
+  const Weight<float>* w;
+  float* y;
+  Index y_stride;
+};
+
 namespace gemm_detail {
 
-#if MINIMIND_AVX2 && defined(__AVX512F__)
-// 32 zmm registers: a tile of 12 rows x 32 positions is 24 accumulators, two vectors of Xp and a
-// broadcast weight.
-#define MINIMIND_GEMM_AVX512 1
-inline constexpr Index kPanel = 32;  // positions per panel
-inline constexpr Index kRows = 12;   // weight rows per micro-kernel
-#else
-#define MINIMIND_GEMM_AVX512 0
-inline constexpr Index kPanel = 16;
-inline constexpr Index kRows = 6;
-#endif
 inline constexpr Index kKc = 256;    // columns per block
 inline constexpr Index kChunkRows = 48;  // weight rows a thread takes at a time
 
@@ -60,7 +75,26 @@ inline void ensure(AlignedFloats& v, Index n) {
   if (static_cast<Index>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
-#if MINIMIND_GEMM_AVX512
+}  // namespace gemm_detail
+}  // namespace minimind::kernels
+
+#endif  // MINIMIND_DETAIL_KERNELS_GEMM_HPP
+
+#ifdef MINIMIND_TARGET
+namespace minimind::kernels::gemm_detail::MINIMIND_TARGET {
+namespace simd = kernels::MINIMIND_TARGET;
+
+#if MINIMIND_AVX512
+// 32 zmm registers: a tile of 12 rows x 32 positions is 24 accumulators, two vectors of Xp and a
+// broadcast weight.
+inline constexpr Index kPanel = 32;  // positions per panel
+inline constexpr Index kRows = 12;   // weight rows per micro-kernel
+#elif MINIMIND_AVX2
+inline constexpr Index kPanel = 16;
+inline constexpr Index kRows = 6;
+#endif
+
+#if MINIMIND_AVX512
 // A tile of R rows x W positions: ct[i][0..W) (+)= sum_k w[i][k] * xp[k][0..W) for i < R, with
 // W = 32 (two zmm per row), 16 (one zmm) or 8 (one ymm). The narrow tiles serve a panel's valid
 // positions when it has few (a decode step of a small batch, the last panel of a prompt): with
@@ -215,7 +249,6 @@ inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, con
 #endif
 
 #if MINIMIND_AVX2
-
 // The cache lines of a block of weight rows, asked for a few at a time (the last line of the
 // last row may lie past the matrix: prefetch_ahead takes an address, and never faults).
 struct NextBlock : BlockLines {
@@ -223,7 +256,7 @@ struct NextBlock : BlockLines {
   Index lines() const { return rows * lines_per_row; }
   void ask(Index count) {
     for (; count > 0 && row < rows; --count) {
-      prefetch_ahead(first, static_cast<uintptr_t>(row * row_bytes + line * 64));
+      simd::prefetch_ahead(first, static_cast<uintptr_t>(row * row_bytes + line * 64));
       if (++line == lines_per_row) line = 0, ++row;
     }
   }
@@ -250,20 +283,17 @@ inline void transpose8(const float* src, Index src_stride, float* dst, Index dst
   _mm256_storeu_ps(dst + 6 * dst_stride, _mm256_permute2f128_ps(u2, u6, 0x31));
   _mm256_storeu_ps(dst + 7 * dst_stride, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
-#endif
 
 // Packs positions [p * kPanel, (p + 1) * kPanel) of x (rows of `cols`, zero beyond n) into xp panel p.
 inline void pack_panel(const float* x, Index x_stride, Index n, Index cols, Index p, float* xp) {
   float* dst = xp + p * cols * kPanel;
   const Index first = p * kPanel;
   Index k = 0;
-#if MINIMIND_AVX2
   if (first + kPanel <= n) {
     for (; k + 8 <= cols; k += 8) {
       for (Index j = 0; j < kPanel; j += 8) transpose8(x + (first + j) * x_stride + k, x_stride, dst + k * kPanel + j, kPanel);
     }
   }
-#endif
   for (; k < cols; ++k) {
     for (Index j = 0; j < kPanel; ++j) dst[k * kPanel + j] = first + j < n ? x[(first + j) * x_stride + k] : 0.0f;
   }
@@ -272,33 +302,29 @@ inline void pack_panel(const float* x, Index x_stride, Index n, Index cols, Inde
 // y[i][r0 + r] = ct[r][i] for r < rows, i < n.
 inline void unpack(const float* ct, Index ct_stride, Index rows, Index n, float* y, Index y_stride) {
   Index r = 0;
-#if MINIMIND_AVX2
   for (; r + 8 <= rows; r += 8) {
     Index i = 0;
     for (; i + 8 <= n; i += 8) transpose8(ct + r * ct_stride + i, ct_stride, y + i * y_stride + r, y_stride);
     for (; i < n; ++i)
       for (Index j = 0; j < 8; ++j) y[i * y_stride + r + j] = ct[(r + j) * ct_stride + i];
   }
-#endif
   for (; r < rows; ++r)
     for (Index i = 0; i < n; ++i) y[i * y_stride + r] = ct[r * ct_stride + i];
 }
+#endif
 
-}  // namespace gemm_detail
+}  // namespace minimind::kernels::gemm_detail::MINIMIND_TARGET
 
-// One product of a shared input: y [n, w.rows()] = X W^T, rows y_stride apart.
-struct GemmProduct {
-  const Weight<float>* w;
-  float* y;
-  Index y_stride;
-};
+namespace minimind::kernels::MINIMIND_TARGET {
 
-// Several products of the same X [n, cols] (q, k and v; gate and up), the same results as one
-// gemm() each: X is packed once, and the weight rows of all the products are handed out in one
-// dispatch, so the threads meet once per set instead of twice per weight.
+// y_i [n, w_i.rows()] = X W_i^T for several products of the same X [n, cols] (q, k and v; gate
+// and up), the same results as one call per product: X is packed once, and the weight rows of
+// all the products are handed out in one dispatch, so the threads meet once per set instead of
+// twice per weight.
 inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const GemmProduct> products,
                       GemmScratch& scratch, ThreadPool* pool) {
   using namespace gemm_detail;
+  using namespace gemm_detail::MINIMIND_TARGET;
   if (products.empty() || n <= 0) return;
   const Index cols = products.front().w->cols();
   auto quantized = [](const GemmProduct& product) {
@@ -322,7 +348,7 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
     ensure(scratch.rounded, n * cols);
     float* rounded = scratch.rounded.data();
     for (Index i = 0; i < n; ++i) {
-      q8::quantize_activations(x + i * x_stride, cols, scratch.xq.data(), scratch.xd.data());
+      q8::MINIMIND_TARGET::quantize_activations(x + i * x_stride, cols, scratch.xq.data(), scratch.xd.data());
       for (Index c = 0; c < cols; ++c) {
         rounded[i * cols + c] = scratch.xd[static_cast<size_t>(c / q8::kBlock)] * scratch.xq[static_cast<size_t>(c)];
       }
@@ -355,7 +381,7 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
         for (Index r = r0; r < r1; r += kRows) {
           const Index mr = std::min(kRows, r1 - r);
           Index ws;
-          const float* wp = F::block(w, r, mr, k0, kc, wbuf, ws);
+          const float* wp = block(w, r, mr, k0, kc, wbuf, ws);
           float* c = ct.data() + (r - r0) * npad;
           // The weights come from DRAM in pieces of kRows rows x KC columns, too short for the
           // hardware prefetcher to learn: ask for the next piece, a share of its lines before each panel.
@@ -416,11 +442,5 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
 #endif
 }
 
-// Y [n, w.rows()] = X [n, w.cols()] W^T.
-inline void gemm(const float* x, Index x_stride, Index n, const Weight<float>& w, float* y, Index y_stride,
-                 GemmScratch& scratch, ThreadPool* pool) {
-  const GemmProduct product{&w, y, y_stride};
-  gemm_each(x, x_stride, n, {&product, 1}, scratch, pool);
-}
-
-}  // namespace minimind::kernels
+}  // namespace minimind::kernels::MINIMIND_TARGET
+#endif  // MINIMIND_TARGET

@@ -1,6 +1,7 @@
 #pragma once
-// out = x W^T for every linear layer, dispatched on the format the weight is held in (formats.hpp):
-//   one position (decode): the format's matrix-vector product (Format::matvec), the weight rows
+// out = x W^T for every linear layer, dispatched on the format the weight is held in (formats.hpp),
+// on the kernels of one target (targets.hpp; Workspace::kernels, by default the best this CPU runs):
+//   one position (decode): the format's matrix-vector product (Kernels::matvec), the weight rows
 //     split across the thread pool; each weight is read once per token.
 //   many positions (prefill): a matrix-matrix product (gemm.hpp), the weight rows split across
 //     the pool; bf16 and q8 rows are widened to f32 panels on the way in.
@@ -8,6 +9,7 @@
 // against (tests/test_kernels*.cpp).
 #include "minimind/detail/kernels/formats.hpp"
 #include "minimind/detail/kernels/gemm.hpp"
+#include "minimind/detail/kernels/targets.hpp"
 #include "minimind/detail/kernels/thread_pool.hpp"
 #include "minimind/detail/kernels/weight.hpp"
 #include "minimind/tensor.hpp"
@@ -23,6 +25,7 @@ namespace minimind::kernels {
 // Scratch of the kernels for one session; grown on first use, never per token.
 struct Workspace {
   ThreadPool* pool = nullptr;  // null: run on the calling thread
+  const Kernels* kernels = &active();  // the target the products run on (tests try each)
   std::vector<int16_t> xq;     // activations quantized for q8 [rows, blocks * 32]
   std::vector<float> xd;       // their scales [rows, blocks]
   GemmScratch gemm;
@@ -40,18 +43,31 @@ struct Workspace {
     const Index blocks = q8::blocks_for(cols);
     reserve_q8(n, cols);
     for (Index i = 0; i < n; ++i) {
-      q8::quantize_activations(x + i * x_stride, cols, xq.data() + i * blocks * q8::kBlock, xd.data() + i * blocks);
+      kernels->quantize_activations(x + i * x_stride, cols, xq.data() + i * blocks * q8::kBlock, xd.data() + i * blocks);
     }
   }
-  // Position i's input for format F (after quantize() when F multiplies quantized activations).
+  // The inputs of positions [0, n), n < kGemmMinRows, for format F (after quantize() when F
+  // multiplies quantized activations).
   template <class F>
-  DecodeInput input(const float* x, Index x_stride, Index cols, Index i) const {
-    if constexpr (!F::kQuantizedInput) {
-      return {x + i * x_stride};
-    } else {
-      const Index blocks = q8::blocks_for(cols);
-      return {x + i * x_stride, xq.data() + i * blocks * q8::kBlock, xd.data() + i * blocks};
+  std::array<DecodeInput, kGemmMinRows - 1> inputs(const float* x, Index x_stride, Index cols, Index n) const {
+    std::array<DecodeInput, kGemmMinRows - 1> in{};
+    const Index blocks = q8::blocks_for(cols);
+    for (Index i = 0; i < n; ++i) {
+      if constexpr (!F::kQuantizedInput) in[static_cast<size_t>(i)] = {x + i * x_stride};
+      else in[static_cast<size_t>(i)] = {x + i * x_stride, xq.data() + i * blocks * q8::kBlock, xd.data() + i * blocks};
     }
+    return in;
+  }
+  // The float work beside the products (ops.hpp) on this target; other T on the generic ones.
+  template <class T>
+  void silu_mul(T* g, const T* u, Index n) const {
+    if constexpr (std::is_same_v<T, float>) kernels->silu_mul(g, u, n);
+    else kernels::silu_mul(g, u, n);
+  }
+  template <class T>
+  void attend_head(const HeadAttention<T>& a) const {
+    if constexpr (std::is_same_v<T, float>) kernels->attend_head(a);
+    else kernels::attend_head(a);
   }
   template <class Body>
   void parallel_for(Index count, Index grain, Body&& body) {
@@ -66,22 +82,6 @@ struct Workspace {
   }
 };
 
-// Below this many positions a product is done as that many matrix-vector products, the decode
-// kernels' own: chunk by chunk of rows, so each chunk comes from memory once and is read again
-// from cache for every position. A decode step of a small batch then computes exactly what each
-// sequence's decode alone computes, and streams whole rows as decode does, where the GEMM's
-// blocks of 12 rows x 256 columns left it slower than the memory allows.
-// 9 measured best for batched decode (README, minimind-bench -b).
-inline constexpr Index kGemmMinRows = 9;
-// Rows per chunk of a decode product: whole cache lines of output, 4-row kernels.
-inline constexpr Index kDecodeGrain = 16;
-
-// body(b, e) for the chunks of kDecodeGrain rows of [begin, end).
-template <class Body>
-void for_each_chunk(Index begin, Index end, Body&& body) {
-  for (Index b = begin; b < end; b += kDecodeGrain) body(b, std::min(end, b + kDecodeGrain));
-}
-
 // out [n, w.rows()] = x [n, w.cols()] W^T. x and out are row-major blocks (unit inner stride).
 template <class T, class In, class Out>
 void linear(const In& x, const Weight<T>& w, Out&& out, Workspace& ws) {
@@ -93,16 +93,17 @@ void linear(const In& x, const Weight<T>& w, Out&& out, Workspace& ws) {
     float* yp = out.data();
     const Index xs = x.outerStride(), ys = out.outerStride();
     if (n >= kGemmMinRows) {
-      gemm(xp, xs, n, w, yp, ys, ws.gemm, ws.pool);
+      const GemmProduct product{&w, yp, ys};
+      ws.kernels->gemm_each(xp, xs, n, {&product, 1}, ws.gemm, ws.pool);
       return;
     }
     with_format(w.format(), [&]<class F>() {
       const typename F::View v = w.template format_view<F>();
+      const Matvec<F> matvec = ws.kernels->template matvec<F>();
       if constexpr (F::kQuantizedInput) ws.quantize(xp, xs, n, cols);
+      const auto in = ws.inputs<F>(xp, xs, cols, n);
       ws.parallel_for(rows, kDecodeGrain, [&](Index begin, Index end) {
-        for_each_chunk(begin, end, [&](Index b, Index e) {
-          for (Index i = 0; i < n; ++i) F::matvec(v, ws.input<F>(xp, xs, cols, i), yp + i * ys, b, e);
-        });
+        matvec(v, {in.data(), static_cast<size_t>(n)}, yp, ys, begin, end);
       });
     });
   }
@@ -140,9 +141,8 @@ void linear_each(const In& x, Workspace& ws, std::tuple<const Weight<T>&, Outs&>
           if (b >= e) continue;
           with_format(part.w->format(), [&]<class F>() {
             const typename F::View v = part.w->template format_view<F>();
-            for_each_chunk(b, e, [&](Index cb, Index ce) {
-              for (Index i = 0; i < n; ++i) F::matvec(v, ws.input<F>(xp, xs, cols, i), part.y + i * part.y_stride, cb, ce);
-            });
+            const auto in = ws.inputs<F>(xp, xs, cols, n);
+            ws.kernels->template matvec<F>()(v, {in.data(), static_cast<size_t>(n)}, part.y, part.y_stride, b, e);
           });
         }
       });
@@ -150,7 +150,7 @@ void linear_each(const In& x, Workspace& ws, std::tuple<const Weight<T>&, Outs&>
     }
     const std::array<GemmProduct, sizeof...(Outs)> parts{
         GemmProduct{&std::get<0>(products), std::get<1>(products).data(), std::get<1>(products).outerStride()}...};
-    gemm_each(x.data(), x.outerStride(), n, parts, ws.gemm, ws.pool);
+    ws.kernels->gemm_each(x.data(), x.outerStride(), n, parts, ws.gemm, ws.pool);
     return;
   }
   (linear(x, std::get<0>(products), std::get<1>(products), ws), ...);

@@ -1,5 +1,6 @@
 #pragma once
-// ARM aarch64 NEON versions of the decode dot products (simd.hpp includes this when MINIMIND_NEON).
+// ARM aarch64 NEON versions of the decode dot products, for the neon target (simd.hpp includes this
+// when the build has it, MINIMIND_HAS_NEON; the target sections use Ops and q8_dot).
 // NEON is part of every aarch64 CPU, so no flag is needed. Prefill stays on Eigen's GEMM, which
 // has its own NEON kernels.
 //
@@ -16,8 +17,8 @@
 
 namespace minimind::kernels::neon {
 
-// The float vector operations for kernels::dot (simd.hpp). bf16 is the top half of a float32:
-// widening is a shift left by 16 (vshll).
+// The float vector operations for the decode dot loop (dot, simd.hpp). bf16 is the top half of a
+// float32: widening is a shift left by 16 (vshll).
 struct Ops {
   using V = float32x4_t;
   static constexpr Index kLanes = 4;

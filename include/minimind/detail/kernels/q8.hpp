@@ -1,4 +1,3 @@
-#pragma once
 // q8: 34 bytes per 32 weights: int8 weights in blocks of 32 along each row, one float16 scale per block (ggml's Q8_0 in
 // spirit): w[r, c] ~ d[r, c / 32] * q[r, c]. A row of `cols` weights takes ceil(cols / 32) blocks,
 // the last padded with zeros. A matrix-vector product first quantizes the activation vector in
@@ -8,6 +7,9 @@
 // costs as much accuracy as rounding the weights (on the golden cases top-1 agreement with f32
 // fell from 95.6% to 91.7%), while the int16 dot product costs the same two multiplies per block
 // as the u8 x s8 one (vpmaddwd twice against vpmaddubsw + vpmaddwd).
+// The kernels are the target section at the end, compiled once per target (simd.hpp).
+#ifndef MINIMIND_DETAIL_KERNELS_Q8_HPP
+#define MINIMIND_DETAIL_KERNELS_Q8_HPP
 #include "minimind/detail/kernels/format.hpp"
 #include "minimind/detail/kernels/simd.hpp"
 #include "minimind/detail/weight_arena.hpp"
@@ -28,21 +30,8 @@ namespace minimind::kernels::q8 {
 inline constexpr Index kBlock = 32;
 inline Index blocks_for(Index cols) { return (cols + kBlock - 1) / kBlock; }
 
-inline uint16_t half_from_float(float f) {
-#if MINIMIND_AVX2
-  // Not _cvtss_sh: clang's macro for it is a C99 compound literal (-Wpedantic).
-  return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0));
-#else
-  return Eigen::numext::bit_cast<uint16_t>(Eigen::half(f));
-#endif
-}
-inline float half_to_float(uint16_t h) {
-#if MINIMIND_AVX2
-  return _cvtsh_ss(h);
-#else
-  return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(h));
-#endif
-}
+inline uint16_t half_from_float(float f) { return Eigen::numext::bit_cast<uint16_t>(Eigen::half(f)); }
+inline float half_to_float(uint16_t h) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(h)); }
 
 // A quantized matrix as the kernels see it: `q` [rows, blocks * 32], `d` [rows, blocks].
 // In q, rows go in groups of four interleaved block by block, [r0 b0][r1 b0][r2 b0][r3 b0]
@@ -91,6 +80,77 @@ inline constexpr float kActivationMax = 32767.0f;
 // inf and 0 * inf would be NaN, undefined to convert to an integer) is stored as zeros with scale
 // 0: such values add nothing a float32 sum could keep next to any normal activation.
 inline constexpr float kSmallest = kActivationMax / std::numeric_limits<float>::max();
+
+// Row r widened to float: out [cols].
+inline void dequantize_row(const View& w, Index r, float* out) {
+  const uint16_t* d = w.d + r * w.blocks;
+  for (Index b = 0; b < w.blocks; ++b) {
+    const float scale = half_to_float(d[b]);
+    const Index begin = b * kBlock, end = std::min(w.cols, begin + kBlock);
+    const int8_t* q = block_ptr(w, r, b) - begin;  // q[c] for c in the block
+    for (Index c = begin; c < end; ++c) out[c] = scale * static_cast<float>(q[c]);
+  }
+}
+
+// The plain reference: y[r] = sum_b d_w[r, b] d_x[b] sum_{c in b} q_w[r, c] q_x[c].
+inline void matvec_reference(const View& w, const int16_t* xq, const float* xd, float* y, Index begin, Index end) {
+  for (Index r = begin; r < end; ++r) {
+    double sum = 0;
+    for (Index b = 0; b < w.blocks; ++b) {
+      int32_t dot = 0;
+      const int8_t* q = block_ptr(w, r, b);
+      for (Index c = 0; c < kBlock; ++c) dot += int32_t{q[c]} * xq[b * kBlock + c];
+      sum += static_cast<double>(half_to_float(w.d[r * w.blocks + b])) * xd[b] * dot;
+    }
+    y[r] = static_cast<float>(sum);
+  }
+}
+
+// q8 in the table of formats (format.hpp).
+struct Format {
+  static constexpr WeightFormat id = WeightFormat::Q8;
+  static constexpr const char* name = "q8";
+  static constexpr bool kQuantizedInput = true;
+  using View = q8::View;
+
+  static size_t bytes(Index rows, Index cols) { return static_cast<size_t>(rows * blocks_for(cols)) * (kBlock + 2); }
+  static View convert(const float* data, Index rows, Index cols, WeightArena& arena, std::shared_ptr<const void>& owner) {
+    const Index blocks = blocks_for(cols);
+    const auto q_bytes = static_cast<size_t>(rows * blocks * kBlock);
+    auto storage = arena.allocate(bytes(rows, cols));  // q, then the scales d
+    auto* q = static_cast<int8_t*>(storage.get());
+    auto* d = reinterpret_cast<uint16_t*>(q + q_bytes);
+    std::vector<int8_t> row(static_cast<size_t>(blocks * kBlock));
+    for (Index r = 0; r < rows; ++r) {
+      quantize_row(data + r * cols, cols, row.data(), d + r * blocks);
+      for (Index b = 0; b < blocks; ++b) std::memcpy(q + block_offset(rows, blocks, r, b), row.data() + b * kBlock, kBlock);
+    }
+    owner = std::move(storage);
+    return {q, d, rows, cols, blocks};
+  }
+  static void row_to(const View& w, Index r, float* out) { dequantize_row(w, r, out); }
+  // Rows in whole groups of four hold the block's columns as one run per group; other rows are
+  // left to the hardware.
+  static BlockLines lines(const View& w, Index r, Index mr, Index k0, Index kc) {
+    if (r % kGroup != 0 || mr % kGroup != 0 || r + mr > w.rows / kGroup * kGroup) return {};
+    const Index run = kGroup * kc;  // bytes of one group's blocks in [k0, k0 + kc)
+    return {reinterpret_cast<const char*>(block_ptr(w, r, k0 / kBlock)), kGroup * w.blocks * kBlock, mr / kGroup,
+            (run + 63) / 64 + 1};
+  }
+};
+
+}  // namespace minimind::kernels::q8
+
+#endif  // MINIMIND_DETAIL_KERNELS_Q8_HPP
+
+#ifdef MINIMIND_TARGET
+namespace minimind::kernels::q8::MINIMIND_TARGET {
+namespace simd = kernels::MINIMIND_TARGET;
+
+#if MINIMIND_AVX2
+// F16C, not Eigen's conversion (which is in software unless the whole build has F16C).
+inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+#endif
 
 // The largest |x[c]| for c in [begin, end).
 inline float block_amax(const float* x, Index begin, Index end) {
@@ -155,50 +215,12 @@ inline void quantize_activations(const float* x, Index cols, int16_t* q, float* 
   }
 }
 
-// Row r widened to float: out [cols].
-inline void dequantize_row(const View& w, Index r, float* out) {
-  const uint16_t* d = w.d + r * w.blocks;
-  for (Index b = 0; b < w.blocks; ++b) {
-    const float scale = half_to_float(d[b]);
-    const Index begin = b * kBlock, end = std::min(w.cols, begin + kBlock);
-    const int8_t* q = block_ptr(w, r, b) - begin;  // q[c] for c in the block
-    Index c = begin;
-#if MINIMIND_AVX2
-    if (end - begin == kBlock) {
-      const __m256 s = _mm256_set1_ps(scale);
-      for (; c < end; c += 8) {
-        const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + c));
-        _mm256_storeu_ps(out + c, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8))));
-      }
-    }
-#endif
-    for (; c < end; ++c) out[c] = scale * static_cast<float>(q[c]);
-  }
-}
-
-// The plain reference: y[r] = sum_b d_w[r, b] d_x[b] sum_{c in b} q_w[r, c] q_x[c].
-inline void matvec_reference(const View& w, const int16_t* xq, const float* xd, float* y, Index begin, Index end) {
-  for (Index r = begin; r < end; ++r) {
-    double sum = 0;
-    for (Index b = 0; b < w.blocks; ++b) {
-      int32_t dot = 0;
-      const int8_t* q = block_ptr(w, r, b);
-      for (Index c = 0; c < kBlock; ++c) dot += int32_t{q[c]} * xq[b * kBlock + c];
-      sum += static_cast<double>(half_to_float(w.d[r * w.blocks + b])) * xd[b] * dot;
-    }
-    y[r] = static_cast<float>(sum);
-  }
-}
-
+// Row r: W[r, :] . x, x given quantized.
 inline float dot(const View& w, Index r, const int16_t* xq, const float* xd) {
   const uint16_t* d = w.d + r * w.blocks;
 #if MINIMIND_NEON || MINIMIND_WASM_SIMD
   const Index stride = block_offset(w.rows, w.blocks, r, 1) - block_offset(w.rows, w.blocks, r, 0);
-#endif
-#if MINIMIND_NEON
-  return neon::q8_dot(block_ptr(w, r, 0), stride, d, xq, xd, w.blocks);
-#elif MINIMIND_WASM_SIMD
-  return wasm::q8_dot(block_ptr(w, r, 0), stride, d, xq, xd, w.blocks);
+  return simd::q8_dot(block_ptr(w, r, 0), stride, d, xq, xd, w.blocks);
 #else
   float sum = 0;
   for (Index b = 0; b < w.blocks; ++b) {
@@ -211,26 +233,7 @@ inline float dot(const View& w, Index r, const int16_t* xq, const float* xd) {
 #endif
 }
 
-// y[r] = W[r, :] . x for r in [begin, end), x given quantized (q8::quantize_activations).
-// Whole groups of four rows go to Group(w, r, xq, xd, y), which reads the group's interleaved
-// blocks in order and writes y[r, r + 4); rows outside whole groups go one by one.
-template <void (*Group)(const View&, Index, const int16_t*, const float*, float*)>
-inline void matvec_groups(const View& w, const int16_t* xq, const float* xd, float* y, Index begin, Index end) {
-  Index r = begin;
-  const Index grouped = std::min(end, w.rows / kGroup * kGroup);
-  for (; r < begin + (kGroup - begin % kGroup) % kGroup && r < end; ++r) y[r] = dot(w, r, xq, xd);
-  for (; r + kGroup <= grouped; r += kGroup) Group(w, r, xq, xd, y);
-  for (; r < end; ++r) y[r] = dot(w, r, xq, xd);
-}
-
-namespace scalar {
-inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y) {
-  for (Index i = 0; i < kGroup; ++i) y[r + i] = dot(w, r + i, xq, xd);
-}
-}  // namespace scalar
-
 #if MINIMIND_AVX2
-namespace avx2 {
 // The sum of the 32 products of one block, as 8 int32 lanes converted to float; x0, x1 hold the
 // block's 16 + 16 int16 activations.
 inline __m256 block_dot(const int8_t* wq, __m256i x0, __m256i x1) {
@@ -242,11 +245,14 @@ inline __m256i load_x(const int16_t* x) { return _mm256_loadu_si256(reinterpret_
 // The two lines of a four-row block step 1 KiB ahead are asked for early: decode from DRAM got
 // 14-18% faster (paired runs, median; 2 KiB ahead gained less).
 inline void prefetch_block_ahead(const int8_t* q) {
-  prefetch_ahead(q, 1024);
-  prefetch_ahead(q, 1024 + 64);
+  simd::prefetch_ahead(q, 1024);
+  simd::prefetch_ahead(q, 1024 + 64);
 }
 
-// The combined scales d_w * d_x of 8 blocks stay in registers.
+// Rows [r, r + 4) of a whole group: y[r + i] = W[r + i, :] . x, reading the group's interleaved
+// blocks in order. The combined scales d_w * d_x of 8 blocks stay in registers. AVX-512 runs this
+// one too: a 512-bit kernel (one vpdpwssd per block and row, scales broadcast from L1) decoded
+// 0.81-1.02x as fast on a Zen 5.
 inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y) {
   const int8_t* q = w.q + r * w.blocks * kBlock;  // block b of row r + i at q + (4 b + i) * 32
   const uint16_t* d0 = w.d + r * w.blocks;
@@ -278,19 +284,23 @@ inline void group(const View& w, Index r, const int16_t* xq, const float* xd, fl
     a2 = _mm256_fmadd_ps(scale(2), block_dot(q + 2 * kBlock, x0, x1), a2);
     a3 = _mm256_fmadd_ps(scale(3), block_dot(q + 3 * kBlock, x0, x1), a3);
   }
-  _mm_storeu_ps(y + r, hsum4(a0, a1, a2, a3));
+  _mm_storeu_ps(y + r, simd::hsum4(a0, a1, a2, a3));
 }
-}  // namespace avx2
+#else
+// Rows [r, r + 4) of a whole group, one row after another.
+inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y) {
+  for (Index i = 0; i < kGroup; ++i) y[r + i] = dot(w, r + i, xq, xd);
+}
 #endif
 
-// The best target this build has. AVX-512 builds run the AVX2 kernel too: a 512-bit one (one
-// vpdpwssd per block and row, scales broadcast from L1) decoded 0.81-1.02x as fast on a Zen 5.
+// y[r] = W[r, :] . x for r in [begin, end), x given quantized (quantize_activations): whole
+// groups of four rows through group(), the rows outside whole groups one by one.
 inline void matvec(const View& w, const int16_t* xq, const float* xd, float* y, Index begin, Index end) {
-#if MINIMIND_AVX2
-  matvec_groups<avx2::group>(w, xq, xd, y, begin, end);
-#else
-  matvec_groups<scalar::group>(w, xq, xd, y, begin, end);
-#endif
+  Index r = begin;
+  const Index grouped = std::min(end, w.rows / kGroup * kGroup);
+  for (; r < begin + (kGroup - begin % kGroup) % kGroup && r < end; ++r) y[r] = dot(w, r, xq, xd);
+  for (; r + kGroup <= grouped; r += kGroup) group(w, r, xq, xd, y);
+  for (; r < end; ++r) y[r] = dot(w, r, xq, xd);
 }
 
 // Rows [r, r + mr), columns [k0, k0 + kc) widened into out [mr, kc]; k0 and kc are multiples
@@ -323,45 +333,20 @@ inline void widen_block(const View& w, Index r, Index mr, Index k0, Index kc, fl
   }
 }
 
-// q8 in the table of formats (format.hpp).
-struct Format {
-  static constexpr WeightFormat id = WeightFormat::Q8;
-  static constexpr const char* name = "q8";
-  static constexpr bool kQuantizedInput = true;
-  using View = q8::View;
+}  // namespace minimind::kernels::q8::MINIMIND_TARGET
 
-  static size_t bytes(Index rows, Index cols) { return static_cast<size_t>(rows * blocks_for(cols)) * (kBlock + 2); }
-  static View convert(const float* data, Index rows, Index cols, WeightArena& arena, std::shared_ptr<const void>& owner) {
-    const Index blocks = blocks_for(cols);
-    const auto q_bytes = static_cast<size_t>(rows * blocks * kBlock);
-    auto storage = arena.allocate(bytes(rows, cols));  // q, then the scales d
-    auto* q = static_cast<int8_t*>(storage.get());
-    auto* d = reinterpret_cast<uint16_t*>(q + q_bytes);
-    std::vector<int8_t> row(static_cast<size_t>(blocks * kBlock));
-    for (Index r = 0; r < rows; ++r) {
-      quantize_row(data + r * cols, cols, row.data(), d + r * blocks);
-      for (Index b = 0; b < blocks; ++b) std::memcpy(q + block_offset(rows, blocks, r, b), row.data() + b * kBlock, kBlock);
-    }
-    owner = std::move(storage);
-    return {q, d, rows, cols, blocks};
-  }
-  static void row_to(const View& w, Index r, float* out) { dequantize_row(w, r, out); }
-  static void matvec(const View& w, const DecodeInput& in, float* y, Index begin, Index end) {
-    q8::matvec(w, in.xq, in.xd, y, begin, end);
-  }
-  static const float* block(const View& w, Index r, Index mr, Index k0, Index kc, float* buf, Index& stride) {
-    widen_block(w, r, mr, k0, kc, buf);
-    stride = kc;
-    return buf;
-  }
-  // Rows in whole groups of four hold the block's columns as one run per group; other rows are
-  // left to the hardware.
-  static BlockLines lines(const View& w, Index r, Index mr, Index k0, Index kc) {
-    if (r % kGroup != 0 || mr % kGroup != 0 || r + mr > w.rows / kGroup * kGroup) return {};
-    const Index run = kGroup * kc;  // bytes of one group's blocks in [k0, k0 + kc)
-    return {reinterpret_cast<const char*>(block_ptr(w, r, k0 / kBlock)), kGroup * w.blocks * kBlock, mr / kGroup,
-            (run + 63) / 64 + 1};
-  }
-};
+// The format's entry points on this target (as f32.hpp's).
+namespace minimind::kernels::MINIMIND_TARGET {
 
-}  // namespace minimind::kernels::q8
+inline void matvec(const q8::View& w, const DecodeInput& in, float* y, Index begin, Index end) {
+  q8::MINIMIND_TARGET::matvec(w, in.xq, in.xd, y, begin, end);
+}
+
+inline const float* block(const q8::View& w, Index r, Index mr, Index k0, Index kc, float* buf, Index& stride) {
+  q8::MINIMIND_TARGET::widen_block(w, r, mr, k0, kc, buf);
+  stride = kc;
+  return buf;
+}
+
+}  // namespace minimind::kernels::MINIMIND_TARGET
+#endif  // MINIMIND_TARGET

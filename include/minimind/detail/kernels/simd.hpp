@@ -1,77 +1,106 @@
-#pragma once
-// What the fast kernels may assume about the CPU, decided at compile time from the compiler's
-// target flags (-march=native, or -mavx2 -mfma -mf16c, ...):
-//   MINIMIND_AVX512  AVX-512 F/BW/VL (with AVX2, FMA, F16C): 512-bit decode kernels for f32 and
-//                    bf16 (q8 keeps the AVX2 one).
-//   MINIMIND_AVX2    AVX2, FMA and F16C: 256-bit kernels (also compiled, and tested, beside the
-//                    AVX-512 ones).
-//   MINIMIND_NEON    aarch64: 128-bit decode kernels (kernels/neon.hpp).
-//   MINIMIND_WASM_SIMD  WebAssembly SIMD128 (-msimd128): 128-bit decode kernels (kernels/wasm_simd128.hpp).
-// Without either, the kernels fall back to plain loops that give the same results up to
-// summation order. Each format's matvec calls the best target compiled; kernels::name() says which.
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define MINIMIND_AVX2 1
-#include <immintrin.h>
+// The instruction sets ("targets") the kernels are compiled for, and simd.hpp's target section:
+// each target's float vector operations and the decode dot-product loop over them.
+//
+// The kernels that differ per target are the target sections at the end of simd.hpp, f32.hpp,
+// bf16.hpp, q8.hpp and gemm.hpp. targets.hpp compiles them once per target, each time in that
+// target's namespaces (kernels::avx2 and, for the formats' own, kernels::f32::avx2, ...) with:
+//   MINIMIND_TARGET     the namespace: avx512, avx2, neon, wasm_simd128 or scalar
+//   MINIMIND_AVX512     AVX-512 F/BW/VL (with AVX2, FMA, F16C): 512-bit decode kernels for f32
+//                       and bf16 (q8 keeps the 256-bit one), a 12 x 32 GEMM tile
+//   MINIMIND_AVX2       AVX2, FMA and F16C (set for avx512 too): 256-bit kernels, a 6 x 16 tile
+//   MINIMIND_NEON       aarch64 NEON: 128-bit decode kernels (neon.hpp)
+//   MINIMIND_WASM_SIMD  WebAssembly SIMD128 (-msimd128): 128-bit decode kernels (wasm_simd128.hpp)
+//   MINIMIND_SIMD       any of these. scalar has none: plain loops and Eigen's GEMM, the same
+//                       results up to summation order
+// Which targets a build compiles (MINIMIND_HAS_<target> below), and which one runs
+// (kernels::active(), targets.hpp):
+//   by default scalar and those the compiler's flags allow (-march=native; -mavx2 -mfma -mf16c;
+//     aarch64; -msimd128); the best of them runs, chosen at compile time.
+//   with MINIMIND_DISPATCH defined, on x86-64 with GCC or clang: avx512, avx2 and scalar whatever
+//     the flags, the x86 sections compiled for their instruction sets by target pragmas; the best
+//     target this CPU has (cpu_features) runs, chosen at run time. A program built for plain
+//     x86-64 then runs on any x86-64 CPU and executes AVX2 or AVX-512 only in those kernels.
+// Everything outside the sections (the formats' traits and references, linear(), every std and
+// Eigen function) is compiled once, for the compiler's flags: targets.hpp includes all of it
+// before the first section, and templates defined outside a section are compiled for those flags
+// wherever they are instantiated.
+#ifndef MINIMIND_DETAIL_KERNELS_SIMD_HPP
+#define MINIMIND_DETAIL_KERNELS_SIMD_HPP
 
-#include <cstdint>
+#if defined(MINIMIND_DISPATCH) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MINIMIND_X86_DISPATCH 1
 #else
-#define MINIMIND_AVX2 0
+#define MINIMIND_X86_DISPATCH 0
 #endif
-// aarch64 always has NEON (kernels/neon.hpp); WebAssembly SIMD128 needs -msimd128 (kernels/wasm_simd128.hpp).
-#if defined(__aarch64__) && defined(__ARM_NEON)
-#define MINIMIND_NEON 1
+#if MINIMIND_X86_DISPATCH || (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+                              defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#define MINIMIND_HAS_AVX512 1
 #else
-#define MINIMIND_NEON 0
+#define MINIMIND_HAS_AVX512 0
+#endif
+#if MINIMIND_X86_DISPATCH || (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#define MINIMIND_HAS_AVX2 1
+#else
+#define MINIMIND_HAS_AVX2 0
+#endif
+// aarch64 always has NEON; WebAssembly SIMD128 needs -msimd128.
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define MINIMIND_HAS_NEON 1
+#else
+#define MINIMIND_HAS_NEON 0
 #endif
 #if defined(__wasm_simd128__)
-#define MINIMIND_WASM_SIMD 1
+#define MINIMIND_HAS_WASM_SIMD 1
 #else
-#define MINIMIND_WASM_SIMD 0
+#define MINIMIND_HAS_WASM_SIMD 0
 #endif
 
-#if MINIMIND_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-#define MINIMIND_AVX512 1
-#else
-#define MINIMIND_AVX512 0
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
 #endif
-
+#if MINIMIND_HAS_NEON
+#include "minimind/detail/kernels/neon.hpp"
+#endif
+#if MINIMIND_HAS_WASM_SIMD
+#include "minimind/detail/kernels/wasm_simd128.hpp"
+#endif
 #include "minimind/tensor.hpp"
 
-#include <array>
 #include <cstdint>
-#include <string_view>
 
 namespace minimind::kernels {
 
-// The instruction set the decode kernels of this build run on: "avx512", "avx2", "neon",
-// "wasm_simd128" or "scalar".
-inline const char* name() {
-#if MINIMIND_AVX512
-  return "avx512";
-#elif MINIMIND_AVX2
-  return "avx2";
-#elif MINIMIND_NEON
-  return "neon";
-#elif MINIMIND_WASM_SIMD
-  return "wasm_simd128";
-#else
-  return "scalar";
-#endif
-}
-
-// Every target the kernels know, and whether this build compiled it (tests run each compiled one
-// against the references; the CPU must then run them all, as it runs the build's best).
-struct Target {
-  std::string_view name;
-  bool compiled;
+// Which of the x86 targets' instruction sets a CPU runs.
+struct CpuFeatures {
+  bool avx2 = false;    // AVX2, FMA and F16C; the OS saves ymm
+  bool avx512 = false;  // those and AVX-512 F, BW and VL; the OS saves zmm and the mask registers
 };
-inline constexpr std::array<Target, 5> kTargets{{
-    {"avx512", MINIMIND_AVX512 != 0},
-    {"avx2", MINIMIND_AVX2 != 0},
-    {"neon", MINIMIND_NEON != 0},
-    {"wasm_simd128", MINIMIND_WASM_SIMD != 0},
-    {"scalar", true},
-}};
+
+#if defined(__x86_64__)
+// This CPU's, from cpuid, with the operating system's consent to the wider registers (xgetbv:
+// it saves them on a context switch).
+inline CpuFeatures cpu_features() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool fma = c >> 12 & 1, osxsave = c >> 27 & 1, avx = c >> 28 & 1, f16c = c >> 29 & 1;
+  if (!(fma && osxsave && avx && f16c)) return f;
+  unsigned xcr0 = 0, xcr0_high = 0;  // xgetbv is not an intrinsic without -mxsave
+  __asm__("xgetbv" : "=a"(xcr0), "=d"(xcr0_high) : "c"(0));
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  f.avx2 = (xcr0 & 0x6) == 0x6 && (b >> 5 & 1);
+  f.avx512 = f.avx2 && (xcr0 & 0xE0) == 0xE0 && (b >> 16 & 1) && (b >> 30 & 1) && (b >> 31 & 1);
+  return f;
+}
+#endif
+
+}  // namespace minimind::kernels
+
+#endif  // MINIMIND_DETAIL_KERNELS_SIMD_HPP
+
+#ifdef MINIMIND_TARGET
+namespace minimind::kernels::MINIMIND_TARGET {
 
 #if MINIMIND_AVX2
 // Sum of the 8 lanes.
@@ -111,11 +140,11 @@ inline float hsum(__m512 v) { return hsum(fold(v)); }
 inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) { return hsum4(fold(a), fold(b), fold(c), fold(d)); }
 #endif
 
-// The float vector operations of one x86 target, for the decode dot products (dot() below):
+// The float vector operations of the x86 targets, for the decode dot products (dot() below):
 // V the vector, load of floats and of bf16 (widened exactly: zero-extend, shift into the top
 // half), madd(acc, a, b) = acc + a b, sum of the lanes. Targets with kMasked load the last
 // partial vector under a mask (masked lanes read nothing, and never fault); the others finish
-// with a plain loop. neon.hpp and wasm_simd128.hpp define theirs the same way.
+// with a plain loop. neon.hpp and wasm_simd128.hpp define their Ops the same way.
 #if MINIMIND_AVX2
 struct Avx2 {
   using V = __m256;
@@ -126,8 +155,23 @@ struct Avx2 {
   static V load(const uint16_t* p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
   }
+  // With a lane count, as the masked targets take it: here always kLanes (no masked tail).
+  static V load(const float* p, Index) { return load(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void store(float* p, V v, Index) { store(p, v); }
+  static V set1(float v) { return _mm256_set1_ps(v); }
   static V madd(V acc, V a, V b) { return _mm256_fmadd_ps(a, b, acc); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }  // b where either is NaN
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V round(V v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in [-126, 127], in the exponent bits.
+  static V pow2(V n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
   static float sum(V v) { return hsum(v); }
   static void prefetch(const void* p, uintptr_t ahead) { prefetch_ahead(p, ahead); }
 };
@@ -144,19 +188,38 @@ struct Avx512 {
   static V load(const uint16_t* p, Index n = kLanes) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask(n), p)), 16));
   }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static void store(float* p, V v, Index n) { _mm512_mask_storeu_ps(p, mask(n), v); }
+  static V set1(float v) { return _mm512_set1_ps(v); }
   static V madd(V acc, V a, V b) { return _mm512_fmadd_ps(a, b, acc); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }  // b where either is NaN
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V round(V v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V pow2(V n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  }
   static float sum(V v) { return hsum(v); }
   static void prefetch(const void* p, uintptr_t ahead) { prefetch_ahead(p, ahead); }
 };
 #endif
+// This target's widest: dot()'s operations (neon.hpp and wasm_simd128.hpp define their own Ops).
+#if MINIMIND_AVX512
+using Ops = Avx512;
+#elif MINIMIND_AVX2
+using Ops = Avx2;
+#endif
 
-// sum_c widen(w[c]) x[c] for c in [0, cols), w float or bf16, on target S: four independent
-// chains over 4 vectors a step, then steps of TailVectors vectors (the 128-bit bf16 kernels take
-// 8 values, two vectors, at a time), then the masked or plain tail; widen(w) is the scalar
-// widening of one weight. Prefetch asks for the lines a step reads, `ahead` bytes early (bf16:
-// decode from DRAM got 6-7% faster with 1 KiB, paired runs, median; slower at 2 KiB and more, and
-// for f32 at any distance).
+#if MINIMIND_SIMD
+// sum_c widen(w[c]) x[c] for c in [0, cols), w float or bf16, on vector operations S: four
+// independent chains over 4 vectors a step, then steps of TailVectors vectors (the 128-bit bf16
+// kernels take 8 values, two vectors, at a time), then the masked or plain tail; widen(w) is the
+// scalar widening of one weight. Prefetch asks for the lines a step reads, `ahead` bytes early
+// (bf16: decode from DRAM got 6-7% faster with 1 KiB, paired runs, median; slower at 2 KiB and
+// more, and for f32 at any distance).
 template <class S, int TailVectors, uintptr_t Prefetch, class W, class Widen>
 inline float dot(const W* w, const float* x, Index cols, Widen widen) {
   constexpr Index L = S::kLanes;
@@ -184,28 +247,7 @@ inline float dot(const W* w, const float* x, Index cols, Widen widen) {
     return sum;
   }
 }
-
-}  // namespace minimind::kernels
-
-#if MINIMIND_NEON
-#include "minimind/detail/kernels/neon.hpp"
-#endif
-#if MINIMIND_WASM_SIMD
-#include "minimind/detail/kernels/wasm_simd128.hpp"
 #endif
 
-namespace minimind::kernels {
-// The vector operations of the best target this build has, for kernels::dot (none: plain loops).
-#if MINIMIND_AVX2 || MINIMIND_NEON || MINIMIND_WASM_SIMD
-#define MINIMIND_SIMD 1
-#endif
-#if MINIMIND_AVX512
-using Simd = Avx512;
-#elif MINIMIND_AVX2
-using Simd = Avx2;
-#elif MINIMIND_NEON
-using Simd = neon::Ops;
-#elif MINIMIND_WASM_SIMD
-using Simd = wasm::Ops;
-#endif
-}  // namespace minimind::kernels
+}  // namespace minimind::kernels::MINIMIND_TARGET
+#endif  // MINIMIND_TARGET

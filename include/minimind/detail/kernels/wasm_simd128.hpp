@@ -1,17 +1,17 @@
 #pragma once
-// WebAssembly SIMD128 versions of the decode dot products (simd.hpp includes this when
-// MINIMIND_WASM_SIMD: compile with -msimd128). SIMD128 has no fused multiply-add (that is the
-// later relaxed-simd proposal), so products and sums are two instructions. Prefill stays on
-// Eigen's GEMM, which has its own SIMD128 kernels.
+// WebAssembly SIMD128 versions of the decode dot products, for the wasm_simd128 target (simd.hpp
+// includes this when the build has it, MINIMIND_HAS_WASM_SIMD: compile with -msimd128). SIMD128
+// has no fused multiply-add (that is the later relaxed-simd proposal), so products and sums are
+// two instructions. Prefill stays on Eigen's GEMM, which has its own SIMD128 kernels.
 #include "minimind/tensor.hpp"
 
 #include <wasm_simd128.h>
 
 #include <cstdint>
 
-namespace minimind::kernels::wasm {
+namespace minimind::kernels::wasm_simd128 {
 
-// The float vector operations for kernels::dot (simd.hpp). bf16 widened to float32 by a
+// The float vector operations for the decode dot loop (dot, simd.hpp). bf16 widened to float32 by a
 // zero-extending load to 32 bits, then the 16-bit shift.
 struct Ops {
   using V = v128_t;
@@ -52,4 +52,4 @@ inline float q8_dot(const int8_t* q, Index stride, const uint16_t* d, const int1
   return sum;
 }
 
-}  // namespace minimind::kernels::wasm
+}  // namespace minimind::kernels::wasm_simd128

@@ -118,6 +118,20 @@ TEST_CASE("thread pool: dynamic chunks cover [0, count) exactly, each on a valid
   }
 }
 
+TEST_CASE("bf16 pair order: each whole 32 as its even then its odd offsets, the tail as it is") {
+  for (Index cols : {0, 5, 32, 70}) {
+    CAPTURE(cols);
+    std::vector<float> x(static_cast<size_t>(cols)), out(static_cast<size_t>(cols), -1.0f);
+    for (Index c = 0; c < cols; ++c) x[static_cast<size_t>(c)] = static_cast<float>(c);
+    kernels::bf16::to_pair_order(x.data(), cols, out.data());
+    for (Index c = 0; c < cols; ++c) {
+      const Index block = c / 32 * 32, j = c % 32;
+      const Index from = block + 32 > cols ? c : block + (j < 16 ? 2 * j : 2 * (j - 16) + 1);
+      CHECK(out[static_cast<size_t>(c)] == static_cast<float>(from));
+    }
+  }
+}
+
 TEST_CASE("bf16 conversion rounds to nearest even and widens exactly") {
   CHECK(kernels::bf16::from_float(1.0f) == 0x3F80);
   CHECK(kernels::bf16::to_float(0x3F80) == 1.0f);
@@ -464,7 +478,9 @@ TEST_CASE("decode kernels of every target this CPU runs match the references on 
         std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
         std::vector<float> xd(static_cast<size_t>(blocks));
         k->quantize_activations(x.data(), cols, xq.data(), xd.data());
-        const kernels::DecodeInput in{x.data(), xq.data(), xd.data()};
+        std::vector<float> x_pairs(static_cast<size_t>(cols));
+        kernels::bf16::to_pair_order(x.data(), cols, x_pairs.data());
+        const kernels::DecodeInput in{x.data(), xq.data(), xd.data(), x_pairs.data()};
 
         // Whole matrix, then ranges that start and end inside groups of four rows.
         for (const auto& range : {std::pair<Index, Index>{0, rows}, {1, rows}, {rows / 2, rows - 1}, {2, rows}}) {

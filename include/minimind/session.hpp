@@ -39,7 +39,7 @@ struct ForwardScratch {
       logits.resize(rows, c.vocab_size);
       const Index widest = std::max({c.hidden_size, c.num_attention_heads * c.head_dim, c.intermediate_size,
                                      c.moe_intermediate_size});
-      work.reserve_q8(1, widest);
+      work.reserve_inputs(1, widest);
     }
     attention.reserve(c, rows, context, threads);
     mlp.reserve(c, rows);

@@ -15,12 +15,14 @@ enum class WeightFormat { F32, BF16, Q8 };
 
 namespace kernels {
 
-// The activations of one position for a decode product: x, and when some format in the product
-// multiplies quantized activations (Format::kQuantizedInput), x quantized in q8 blocks.
+// The activations of one position for a decode product: x, and what the formats in the product
+// read besides: x quantized in q8 blocks (Format::kQuantizedInput), x in bf16's pair order
+// (Format::kPairedInput, bf16::to_pair_order).
 struct DecodeInput {
   const float* x = nullptr;
   const int16_t* xq = nullptr;
   const float* xd = nullptr;
+  const float* x_pairs = nullptr;
 };
 
 // Where the bytes of a block of weight rows lie, for the GEMM to ask for them ahead: `rows` runs

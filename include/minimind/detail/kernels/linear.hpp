@@ -28,33 +28,52 @@ struct Workspace {
   const Kernels* kernels = &active();  // the target the products run on (tests try each)
   std::vector<int16_t> xq;     // activations quantized for q8 [rows, blocks * 32]
   std::vector<float> xd;       // their scales [rows, blocks]
+  std::vector<float> x_pairs;  // activations in bf16's pair order [rows, cols]
   GemmScratch gemm;
 
   int threads() const { return pool ? pool->size() : 1; }
-  // Makes room for quantized activations of `rows` x `cols` (a session reserves them up front).
-  void reserve_q8(Index rows, Index cols) {
+  // Makes room for the decode inputs of `rows` x `cols` activations (a session reserves them up front).
+  void reserve_inputs(Index rows, Index cols) {
     const size_t blocks = static_cast<size_t>(rows * q8::blocks_for(cols));
     if (xq.size() < blocks * q8::kBlock) xq.resize(blocks * q8::kBlock);
     if (xd.size() < blocks) xd.resize(blocks);
+    if (x_pairs.size() < static_cast<size_t>(rows * cols)) x_pairs.resize(static_cast<size_t>(rows * cols));
   }
-  // x [n, cols] (rows x_stride apart) quantized in q8 blocks, for the formats that multiply
-  // quantized activations; input(i) is then position i's.
-  void quantize(const float* x, Index x_stride, Index n, Index cols) {
+  // What format F's decode product reads besides x.
+  struct Needs {
+    bool quantized = false, paired = false;
+    template <class F>
+    static Needs of() {
+      return {F::kQuantizedInput, F::kPairedInput};
+    }
+    static Needs of(WeightFormat format) {
+      return with_format(format, []<class F>() { return of<F>(); });
+    }
+    Needs operator|(Needs o) const { return {quantized || o.quantized, paired || o.paired}; }
+  };
+  // x [n, cols] (rows x_stride apart) made into what `needs` says, once for all the rows of a
+  // product; inputs() then gives position i's.
+  void prepare(const float* x, Index x_stride, Index n, Index cols, Needs needs) {
+    if (!needs.quantized && !needs.paired) return;
+    reserve_inputs(n, cols);
     const Index blocks = q8::blocks_for(cols);
-    reserve_q8(n, cols);
     for (Index i = 0; i < n; ++i) {
-      kernels->quantize_activations(x + i * x_stride, cols, xq.data() + i * blocks * q8::kBlock, xd.data() + i * blocks);
+      if (needs.quantized) {
+        kernels->quantize_activations(x + i * x_stride, cols, xq.data() + i * blocks * q8::kBlock, xd.data() + i * blocks);
+      }
+      if (needs.paired) bf16::to_pair_order(x + i * x_stride, cols, x_pairs.data() + i * cols);
     }
   }
-  // The inputs of positions [0, n), n < kGemmMinRows, for format F (after quantize() when F
-  // multiplies quantized activations).
+  // The inputs of positions [0, n), n < kGemmMinRows, for format F (after prepare() for F).
   template <class F>
   std::array<DecodeInput, kGemmMinRows - 1> inputs(const float* x, Index x_stride, Index cols, Index n) const {
     std::array<DecodeInput, kGemmMinRows - 1> in{};
     const Index blocks = q8::blocks_for(cols);
     for (Index i = 0; i < n; ++i) {
-      if constexpr (!F::kQuantizedInput) in[static_cast<size_t>(i)] = {x + i * x_stride};
-      else in[static_cast<size_t>(i)] = {x + i * x_stride, xq.data() + i * blocks * q8::kBlock, xd.data() + i * blocks};
+      DecodeInput& d = in[static_cast<size_t>(i)];
+      d.x = x + i * x_stride;
+      if constexpr (F::kQuantizedInput) d.xq = xq.data() + i * blocks * q8::kBlock, d.xd = xd.data() + i * blocks;
+      if constexpr (F::kPairedInput) d.x_pairs = x_pairs.data() + i * cols;
     }
     return in;
   }
@@ -100,7 +119,7 @@ void linear(const In& x, const Weight<T>& w, Out&& out, Workspace& ws) {
     with_format(w.format(), [&]<class F>() {
       const typename F::View v = w.template format_view<F>();
       const Matvec<F> matvec = ws.kernels->template matvec<F>();
-      if constexpr (F::kQuantizedInput) ws.quantize(xp, xs, n, cols);
+      ws.prepare(xp, xs, n, cols, Workspace::Needs::of<F>());
       const auto in = ws.inputs<F>(xp, xs, cols, n);
       ws.parallel_for(rows, kDecodeGrain, [&](Index begin, Index end) {
         matvec(v, {in.data(), static_cast<size_t>(n)}, yp, ys, begin, end);
@@ -125,15 +144,15 @@ void linear_each(const In& x, Workspace& ws, std::tuple<const Weight<T>&, Outs&>
       std::array<Part, sizeof...(Outs)> parts{Part{&std::get<0>(products), std::get<1>(products).data(),
                                                    std::get<1>(products).outerStride(), 0}...};
       Index total = 0;
-      bool quantized = false;
+      Workspace::Needs needs;
       for (auto& part : parts) {
         part.first = total;
         total += part.w->rows();
-        quantized = quantized || with_format(part.w->format(), []<class F>() { return F::kQuantizedInput; });
+        needs = needs | Workspace::Needs::of(part.w->format());
       }
       const float* xp = x.data();
       const Index xs = x.outerStride();
-      if (quantized) ws.quantize(xp, xs, n, cols);
+      ws.prepare(xp, xs, n, cols, needs);
       ws.parallel_for(total, kDecodeGrain, [&](Index begin, Index end) {
         for (const auto& part : parts) {
           const Index b = std::max(begin, part.first) - part.first;

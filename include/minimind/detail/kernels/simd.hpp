@@ -218,8 +218,8 @@ using Ops = Avx2;
 // independent chains over 4 vectors a step, then steps of TailVectors vectors (the 128-bit bf16
 // kernels take 8 values, two vectors, at a time), then the masked or plain tail; widen(w) is the
 // scalar widening of one weight. Prefetch asks for the lines a step reads, `ahead` bytes early
-// (bf16: decode from DRAM got 6-7% faster with 1 KiB, paired runs, median; slower at 2 KiB and
-// more, and for f32 at any distance).
+// (bf16, when this loop was the AVX2 kernel's, on a Zen 3: decode from DRAM got 6-7% faster with
+// 1 KiB, paired runs, median; slower at 2 KiB and more, and for f32 at any distance).
 template <class S, int TailVectors, uintptr_t Prefetch, class W, class Widen>
 inline float dot(const W* w, const float* x, Index cols, Widen widen) {
   constexpr Index L = S::kLanes;

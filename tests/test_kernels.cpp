@@ -278,7 +278,7 @@ TEST_CASE("random models: bf16 and q8 logits stay near f32; the tied matrix is o
   CHECK(q8.weight_bytes() < f32.weight_bytes() / 3);
 }
 
-TEST_CASE("linear(): up to 8 positions give each exactly what it gives alone (a small batch's decode step), on every target") {
+TEST_CASE("linear(): below kGemmMinRows positions each gets exactly what it gets alone (a small batch's decode step), on every target") {
   for (const kernels::Kernels* k : runnable_targets()) {
     CAPTURE(k->name);
     for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
@@ -286,16 +286,19 @@ TEST_CASE("linear(): up to 8 positions give each exactly what it gives alone (a 
       kernels::Workspace work;
       work.pool = &pool;
       work.kernels = k;
-      const Weight<float> w = Weight<float>::owned(random_matrix(70, 100, 41, 0.1f)).to_format(format);
-      for (Index n = 2; n <= 8; ++n) {
-        CAPTURE(std::string(format_name(format)));
-        CAPTURE(n);
-        const MatrixRM<float> x = random_matrix(n, 100, 42);
-        MatrixRM<float> y(n, 70), alone(1, 70);
-        kernels::linear(x, w, y, work);
-        for (Index i = 0; i < n; ++i) {
-          kernels::linear(x.middleRows(i, 1), w, alone, work);
-          CHECK((y.row(i).array() == alone.row(0).array()).all());
+      for (Index cols : {17, 100, 200}) {  // every tail: whole vectors, a part of one
+        const Weight<float> w = Weight<float>::owned(random_matrix(70, cols, 41, 0.1f)).to_format(format);
+        for (Index n = 2; n < kernels::kGemmMinRows; ++n) {
+          CAPTURE(std::string(format_name(format)));
+          CAPTURE(cols);
+          CAPTURE(n);
+          const MatrixRM<float> x = random_matrix(n, cols, 42);
+          MatrixRM<float> y(n, 70), alone(1, 70);
+          kernels::linear(x, w, y, work);
+          for (Index i = 0; i < n; ++i) {
+            kernels::linear(x.middleRows(i, 1), w, alone, work);
+            CHECK((y.row(i).array() == alone.row(0).array()).all());
+          }
         }
       }
     }

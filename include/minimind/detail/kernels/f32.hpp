@@ -1,15 +1,18 @@
 // f32: 4 bytes per weight; viewed in place in the checkpoint when it is stored as F32.
 // Decode is y = W x for a row-major W [rows, cols], one row range at a time so a thread pool can
 // split the rows; it reads every weight once per token from memory: the loop is a stream of loads
-// with four independent FMA chains (dot, simd.hpp). The kernels are the target section at the end,
-// compiled once per target (simd.hpp).
+// with independent FMA chains (dot_positions on x86, for all the positions of a step at once;
+// dot, simd.hpp, elsewhere). The kernels are the target section at the end, compiled once per
+// target (simd.hpp).
 #ifndef MINIMIND_DETAIL_KERNELS_F32_HPP
 #define MINIMIND_DETAIL_KERNELS_F32_HPP
 #include "minimind/detail/kernels/format.hpp"
 #include "minimind/detail/kernels/simd.hpp"
 #include "minimind/tensor.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <span>
 
 namespace minimind::kernels::f32 {
 
@@ -64,6 +67,60 @@ inline float dot(const float* w, const float* x, Index cols) {
 #endif
 }
 
+#if MINIMIND_AVX2
+// Row w against positions x_i, i < P: y[i * y_stride] = w . x_i. Each row is read once for all
+// of a decode step's positions (a batch of sequences), and every (row, position) is summed in the
+// same order whatever P is, and as dot(): four FMA chains over 4 vectors a step, whole vectors
+// of the tail into the first, a masked last one into the second (AVX-512) or the last values
+// after the lanes' sum (AVX2). So a sequence gets bit for bit the same in a batch as alone. With several positions the loop has too few loads in flight for the stream from
+// DRAM to keep up, so it asks for the lines 8 KiB ahead into L2 (4 KiB into L2 and 2 KiB into L1
+// gained less; alone, one position streams fastest without).
+template <int P>
+inline void dot_positions(const float* w, Index cols, const DecodeInput* in, float* y, Index y_stride) {
+  using S = simd::Ops;
+  using V = typename S::V;
+  constexpr Index L = S::kLanes;
+  V a[P][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < P; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = S::zero();
+  Index c = 0;
+  for (; c + 4 * L <= cols; c += 4 * L) {
+    if constexpr (P > 1) {
+      for (Index line = 0; line < 4 * L; line += 16) {
+        _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(w + c + line) + 8192), _MM_HINT_T1);
+      }
+    }
+    const V w0 = S::load(w + c), w1 = S::load(w + c + L), w2 = S::load(w + c + 2 * L), w3 = S::load(w + c + 3 * L);
+#pragma GCC unroll 4
+    for (int i = 0; i < P; ++i) {
+      a[i][0] = S::madd(a[i][0], w0, S::load(in[i].x + c));
+      a[i][1] = S::madd(a[i][1], w1, S::load(in[i].x + c + L));
+      a[i][2] = S::madd(a[i][2], w2, S::load(in[i].x + c + 2 * L));
+      a[i][3] = S::madd(a[i][3], w3, S::load(in[i].x + c + 3 * L));
+    }
+  }
+  for (; c + L <= cols; c += L) {
+    const V w0 = S::load(w + c);
+#pragma GCC unroll 4
+    for (int i = 0; i < P; ++i) a[i][0] = S::madd(a[i][0], w0, S::load(in[i].x + c));
+  }
+  if constexpr (S::kMasked) {
+    if (c < cols) {
+      const V w0 = S::load(w + c, cols - c);
+#pragma GCC unroll 4
+      for (int i = 0; i < P; ++i) a[i][1] = S::madd(a[i][1], w0, S::load(in[i].x + c, cols - c));
+      c = cols;
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < P; ++i) {
+    float sum = S::sum(S::add(S::add(a[i][0], a[i][1]), S::add(a[i][2], a[i][3])));
+    for (Index t = c; t < cols; ++t) sum += w[t] * in[i].x[t];  // the AVX2 tail
+    y[i * y_stride] = sum;
+  }
+}
+#endif
+
 }  // namespace minimind::kernels::f32::MINIMIND_TARGET
 
 // The format's entry points on this target, overloaded on its View: for the table of targets
@@ -71,11 +128,45 @@ inline float dot(const float* w, const float* x, Index cols) {
 namespace minimind::kernels::MINIMIND_TARGET {
 
 // y[r] = W[r, :] x for r in [begin, end), one row after another: the weights are then one
-// sequential stream, which the hardware prefetcher follows best (from DRAM: 14 GB/s, against 12
-// for four rows read side by side); x stays in L1.
+// sequential stream, which the hardware prefetcher follows best (from DRAM on a Zen 3: 14 GB/s,
+// against 12 for four rows read side by side); x stays in L1.
 inline void matvec(const f32::View& w, const DecodeInput& in, float* y, Index begin, Index end) {
   for (Index r = begin; r < end; ++r) y[r] = f32::MINIMIND_TARGET::dot(w.data + r * w.cols, in.x, w.cols);
 }
+
+#if MINIMIND_AVX2
+// Every position of a decode step at once (targets.hpp: Matvec): y[i * y_stride + r] = W[r, :] x_i;
+// for several positions in chunks of 64 rows, each chunk row after row for up to 4 positions at
+// a time (2 on AVX2), then again from cache for the next 4. minimind2-small f32 on one core of a
+// Zen 5, aggregate decode tokens/s (minimind-bench -b, 2 rounds) against chunks of 16 rows for one
+// position after another: 2 sequences 1.30x, 4 1.55x, 8 1.60x; passes of 8 positions with two
+// chains each gave 1.2x at 8.
+inline void matvec_positions(const f32::View& w, std::span<const DecodeInput> in, float* y, Index y_stride,
+                             Index begin, Index end) {
+  constexpr size_t kPass = MINIMIND_AVX512 ? 4 : 2;  // 16 accumulators of 32 zmm, 8 of 16 ymm
+  constexpr Index kChunk = 64;
+  if (in.size() == 1) {  // one sequence's decode: the same sums, the plain stream
+    matvec(w, in[0], y, begin, end);
+    return;
+  }
+  for (Index b = begin; b < end; b += kChunk) {
+    const Index e = std::min(end, b + kChunk);
+    for (size_t i0 = 0; i0 < in.size(); i0 += kPass) {
+      const DecodeInput* x = in.data() + i0;
+      float* out = y + static_cast<Index>(i0) * y_stride;
+      auto rows = [&]<int P>() {
+        for (Index r = b; r < e; ++r) f32::MINIMIND_TARGET::dot_positions<P>(w.data + r * w.cols, w.cols, x, out + r, y_stride);
+      };
+      switch (std::min(kPass, in.size() - i0)) {
+        case 1: rows.template operator()<1>(); break;
+        case 2: rows.template operator()<2>(); break;
+        case 3: if constexpr (kPass >= 3) rows.template operator()<3>(); break;
+        default: if constexpr (kPass >= 4) rows.template operator()<4>(); break;
+      }
+    }
+  }
+}
+#endif
 
 // The GEMM reads f32 rows in place: rows [r, r + mr), columns from k0, `stride` apart.
 inline const float* block(const f32::View& w, Index r, Index, Index k0, Index, float*, Index& stride) {

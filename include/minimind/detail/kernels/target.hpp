@@ -32,14 +32,19 @@
 
 namespace minimind::kernels::MINIMIND_TARGET {
 
-// Format F's decode products (targets.hpp): its matvec (f32.hpp, bf16.hpp, q8.hpp, picked by the
-// View) chunk by chunk, each chunk for every position.
+// Format F's decode products (targets.hpp): its matvec_positions where its section has one (all
+// the positions row by row), else its matvec (f32.hpp, bf16.hpp, q8.hpp, picked by the View)
+// chunk by chunk, each chunk for every position.
 template <class F>
 void matvec_chunks(const typename F::View& w, std::span<const DecodeInput> in, float* y, Index y_stride, Index begin,
                    Index end) {
-  for (Index b = begin; b < end; b += kDecodeGrain) {
-    const Index e = std::min(end, b + kDecodeGrain);
-    for (size_t i = 0; i < in.size(); ++i) matvec(w, in[i], y + static_cast<Index>(i) * y_stride, b, e);
+  if constexpr (requires { matvec_positions(w, in, y, y_stride, begin, end); }) {
+    matvec_positions(w, in, y, y_stride, begin, end);
+  } else {
+    for (Index b = begin; b < end; b += kDecodeGrain) {
+      const Index e = std::min(end, b + kDecodeGrain);
+      for (size_t i = 0; i < in.size(); ++i) matvec(w, in[i], y + static_cast<Index>(i) * y_stride, b, e);
+    }
   }
 }
 

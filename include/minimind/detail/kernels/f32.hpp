@@ -1,9 +1,9 @@
 // f32: 4 bytes per weight; viewed in place in the checkpoint when it is stored as F32.
 // Decode is y = W x for a row-major W [rows, cols], one row range at a time so a thread pool can
 // split the rows; it reads every weight once per token from memory: the loop is a stream of loads
-// with independent FMA chains (dot_positions on x86, for all the positions of a step at once;
-// dot, simd.hpp, elsewhere). The kernels are the target section at the end, compiled once per
-// target (simd.hpp).
+// with four independent FMA chains (dot, simd.hpp); on x86 the several positions of a batch's
+// decode step go through dot_positions, which sums each in dot's order. The kernels are the
+// target section at the end, compiled once per target (simd.hpp).
 #ifndef MINIMIND_DETAIL_KERNELS_F32_HPP
 #define MINIMIND_DETAIL_KERNELS_F32_HPP
 #include "minimind/detail/kernels/format.hpp"
@@ -72,9 +72,10 @@ inline float dot(const float* w, const float* x, Index cols) {
 // of a decode step's positions (a batch of sequences), and every (row, position) is summed in the
 // same order whatever P is, and as dot(): four FMA chains over 4 vectors a step, whole vectors
 // of the tail into the first, a masked last one into the second (AVX-512) or the last values
-// after the lanes' sum (AVX2). So a sequence gets bit for bit the same in a batch as alone. With several positions the loop has too few loads in flight for the stream from
-// DRAM to keep up, so it asks for the lines 8 KiB ahead into L2 (4 KiB into L2 and 2 KiB into L1
-// gained less; alone, one position streams fastest without).
+// after the lanes' sum (AVX2). So a sequence gets bit for bit the same in a batch as alone
+// (test_kernels). With several positions the loop has too few loads in flight for the stream
+// from DRAM to keep up, so it asks for the lines 8 KiB ahead into L2 (4 KiB into L2 and 2 KiB
+// into L1 gained less; alone, one position streams fastest without).
 template <int P>
 inline void dot_positions(const float* w, Index cols, const DecodeInput* in, float* y, Index y_stride) {
   using S = simd::Ops;

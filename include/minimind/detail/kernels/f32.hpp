@@ -1,9 +1,10 @@
 // f32: 4 bytes per weight; viewed in place in the checkpoint when it is stored as F32.
 // Decode is y = W x for a row-major W [rows, cols], one row range at a time so a thread pool can
 // split the rows; it reads every weight once per token from memory: the loop is a stream of loads
-// with four independent FMA chains (dot, simd.hpp); on x86 the several positions of a batch's
-// decode step go through dot_positions, which sums each in dot's order. The kernels are the
-// target section at the end, compiled once per target (simd.hpp).
+// with four independent FMA chains (dot, simd.hpp). On x86 the several positions of a batch's
+// decode step read each row once: AVX2 through dot_positions, which sums each in dot's order,
+// AVX-512 through register tiles (dot_tile), which sum each the same in any batch. The kernels
+// are the target section at the end, compiled once per target (simd.hpp).
 #ifndef MINIMIND_DETAIL_KERNELS_F32_HPP
 #define MINIMIND_DETAIL_KERNELS_F32_HPP
 #include "minimind/detail/kernels/format.hpp"
@@ -67,12 +68,12 @@ inline float dot(const float* w, const float* x, Index cols) {
 #endif
 }
 
-#if MINIMIND_AVX2
+#if MINIMIND_AVX2 && !MINIMIND_AVX512
 // Row w against positions x_i, i < P: y[i * y_stride] = w . x_i. Each row is read once for all
 // of a decode step's positions (a batch of sequences), and every (row, position) is summed in the
 // same order whatever P is, and as dot(): four FMA chains over 4 vectors a step, whole vectors
-// of the tail into the first, a masked last one into the second (AVX-512) or the last values
-// after the lanes' sum (AVX2). So a sequence gets bit for bit the same in a batch as alone
+// of the tail into the first, the last values after the lanes' sum. So a sequence gets bit for
+// bit the same in a batch as alone
 // (test_kernels). With several positions the loop has too few loads in flight for the stream
 // from DRAM to keep up, so it asks for the lines 8 KiB ahead into L2 (4 KiB into L2 and 2 KiB
 // into L1 gained less; alone, one position streams fastest without).
@@ -105,20 +106,55 @@ inline void dot_positions(const float* w, Index cols, const DecodeInput* in, flo
 #pragma GCC unroll 4
     for (int i = 0; i < P; ++i) a[i][0] = S::madd(a[i][0], w0, S::load(in[i].x + c));
   }
-  if constexpr (S::kMasked) {
-    if (c < cols) {
-      const V w0 = S::load(w + c, cols - c);
-#pragma GCC unroll 4
-      for (int i = 0; i < P; ++i) a[i][1] = S::madd(a[i][1], w0, S::load(in[i].x + c, cols - c));
-      c = cols;
-    }
-  }
 #pragma GCC unroll 4
   for (int i = 0; i < P; ++i) {
     float sum = S::sum(S::add(S::add(a[i][0], a[i][1]), S::add(a[i][2], a[i][3])));
-    for (Index t = c; t < cols; ++t) sum += w[t] * in[i].x[t];  // the AVX2 tail
+    for (Index t = c; t < cols; ++t) sum += w[t] * in[i].x[t];
     y[i * y_stride] = sum;
   }
+}
+#endif
+
+
+#if MINIMIND_AVX512
+// Rows w_r = w + r * cols (r < R) against positions x_p (p < P): y[p * y_stride + r] = w_r . x_p.
+// A register tile: per 16 columns, R weight vectors and P input vectors feed R x P FMAs, so a
+// step loads R + P vectors for R P products (dot_positions loads one per product, and on a Zen 5
+// waited on those loads). Each (row, position) is one FMA chain over the row's vectors, a masked
+// last one included, then the lanes' sum: the same order whatever R and P, so a position gets
+// bit for bit the same in any batch (test_kernels). With several positions the next tile's
+// lines are asked for while this one is multiplied.
+template <int R, int P>
+inline void dot_tile(const float* w, Index cols, const DecodeInput* in, float* y, Index y_stride) {
+  __m512 acc[R][P];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 6
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  const float* x[P];
+#pragma GCC unroll 6
+  for (int p = 0; p < P; ++p) x[p] = in[p].x;
+  auto step = [&](Index c, __mmask16 m) {
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      if constexpr (P > 1) _mm_prefetch(reinterpret_cast<const char*>(w + (r + R) * cols + c), _MM_HINT_T0);
+      wv[r] = _mm512_maskz_loadu_ps(m, w + r * cols + c);
+    }
+#pragma GCC unroll 6
+    for (int p = 0; p < P; ++p) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x[p] + c);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(wv[r], xv, acc[r][p]);
+    }
+  };
+  Index c = 0;
+  for (; c + 16 <= cols; c += 16) step(c, 0xFFFF);
+  if (c < cols) step(c, static_cast<__mmask16>((1u << (cols - c)) - 1));
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 6
+    for (int p = 0; p < P; ++p) y[p * y_stride + r] = simd::hsum(acc[r][p]);
 }
 #endif
 
@@ -135,7 +171,52 @@ inline void matvec(const f32::View& w, const DecodeInput& in, float* y, Index be
   for (Index r = begin; r < end; ++r) y[r] = f32::MINIMIND_TARGET::dot(w.data + r * w.cols, in.x, w.cols);
 }
 
-#if MINIMIND_AVX2
+#if MINIMIND_AVX512
+// Every position of a decode step at once (targets.hpp: Matvec): y[i * y_stride + r] = W[r, :] x_i,
+// in register tiles of R rows x up to 6 positions (dot_tile); with more than 6 positions in
+// chunks of 64 rows, each chunk for 6 positions at a time, then again from cache for the next 6.
+// One position (a sequence's own decode) streams row after row (dot), measured faster alone than
+// any tile; so on this target a batch's sums differ from a sequence's alone by rounding (one
+// chain per product against four), while in any batch they are the same. minimind2-small f32, 2
+// threads of a Zen 5, aggregate tokens/s (minimind-bench -b, 2 rounds) against dot_positions: 4
+// sequences 1.6-1.7x, 6 2.0x, 8 1.7x, 12 1.8-1.9x; tiles of up to 8 positions (3 rows) ran 8
+// sequences at 0.55x of these, tiles of up to 4 ran 12 at 0.85x.
+inline void matvec_positions(const f32::View& w, std::span<const DecodeInput> in, float* y, Index y_stride,
+                             Index begin, Index end) {
+  constexpr size_t kPass = 6;
+  if (in.size() == 1) {
+    matvec(w, in[0], y, begin, end);
+    return;
+  }
+  const Index chunk = in.size() > kPass ? 64 : end - begin;
+  for (Index b = begin; b < end; b += chunk) {
+    const Index e = std::min(end, b + chunk);
+    for (size_t i0 = 0; i0 < in.size(); i0 += kPass) {
+      const DecodeInput* x = in.data() + i0;
+      float* out = y + static_cast<Index>(i0) * y_stride;
+      // R x P accumulators, R weights and an input within the 32 zmm.
+      auto rows = [&]<int R, int P>() {
+        Index r = b;
+        for (; r + R <= e; r += R) f32::MINIMIND_TARGET::dot_tile<R, P>(w.data + r * w.cols, w.cols, x, out + r, y_stride);
+        for (; r < e; ++r) f32::MINIMIND_TARGET::dot_tile<1, P>(w.data + r * w.cols, w.cols, x, out + r, y_stride);
+      };
+      switch (std::min(kPass, in.size() - i0)) {
+        case 1: rows.template operator()<8, 1>(); break;
+        case 2: rows.template operator()<8, 2>(); break;
+        case 3: rows.template operator()<6, 3>(); break;
+        case 4: rows.template operator()<5, 4>(); break;
+        case 5: rows.template operator()<4, 5>(); break;
+        default: rows.template operator()<4, 6>(); break;
+      }
+    }
+  }
+}
+
+// From how many positions a product runs on the GEMM rather than matvec_positions (targets.hpp):
+// with the tiles, 13 to 24 sequences decode 1.3-1.5x faster than on the GEMM, 32 the same
+// (minimind-bench -b, as above).
+constexpr Index gemm_min_rows(const f32::View&) { return 32; }
+#elif MINIMIND_AVX2
 // Every position of a decode step at once (targets.hpp: Matvec): y[i * y_stride + r] = W[r, :] x_i;
 // for several positions in chunks of 64 rows, each chunk row after row for up to 4 positions at
 // a time (2 on AVX2), then again from cache for the next 4. minimind2-small f32 on one core of a

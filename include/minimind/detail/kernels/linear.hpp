@@ -64,10 +64,10 @@ struct Workspace {
       if (needs.paired) bf16::to_pair_order(x + i * x_stride, cols, x_pairs.data() + i * cols);
     }
   }
-  // The inputs of positions [0, n), n < kGemmMinRows, for format F (after prepare() for F).
+  // The inputs of positions [0, n), n < kernels->gemm_from(F::id), for format F (after prepare() for F).
   template <class F>
-  std::array<DecodeInput, kGemmMinRows - 1> inputs(const float* x, Index x_stride, Index cols, Index n) const {
-    std::array<DecodeInput, kGemmMinRows - 1> in{};
+  std::array<DecodeInput, kMaxDecodePositions> inputs(const float* x, Index x_stride, Index cols, Index n) const {
+    std::array<DecodeInput, kMaxDecodePositions> in{};
     const Index blocks = q8::blocks_for(cols);
     for (Index i = 0; i < n; ++i) {
       DecodeInput& d = in[static_cast<size_t>(i)];
@@ -111,7 +111,7 @@ void linear(const In& x, const Weight<T>& w, Out&& out, Workspace& ws) {
     const float* xp = x.data();
     float* yp = out.data();
     const Index xs = x.outerStride(), ys = out.outerStride();
-    if (n >= kGemmMinRows) {
+    if (n >= ws.kernels->gemm_from(w.format())) {
       const GemmProduct product{&w, yp, ys};
       ws.kernels->gemm_each(xp, xs, n, {&product, 1}, ws.gemm, ws.pool);
       return;
@@ -135,7 +135,8 @@ template <class T, class In, class... Outs>
 void linear_each(const In& x, Workspace& ws, std::tuple<const Weight<T>&, Outs&>... products) {
   const Index n = x.rows(), cols = x.cols();
   if constexpr (std::is_same_v<T, float>) {
-    if (n < kGemmMinRows) {
+    const bool decode = ((n < ws.kernels->gemm_from(std::get<0>(products).format())) && ...);
+    if (decode) {
       struct Part {
         const Weight<float>* w;
         float* y;

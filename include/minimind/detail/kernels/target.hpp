@@ -53,7 +53,22 @@ constexpr MatvecsOf<Formats>::type matvecs(FormatList<Fs...>) {
   return {&matvec_chunks<Fs>...};
 }
 
-inline constexpr Kernels kKernels{MINIMIND_STRINGIFY(MINIMIND_TARGET), matvecs(Formats{}),
+// Format F's gemm_min_rows(View) where its section has one, else kGemmMinRows.
+template <class F>
+constexpr Index gemm_min_rows_of() {
+  if constexpr (requires(const typename F::View& v) { gemm_min_rows(v); }) {
+    static_assert(gemm_min_rows(typename F::View{}) <= kMaxDecodePositions + 1);
+    return gemm_min_rows(typename F::View{});
+  } else {
+    return kGemmMinRows;
+  }
+}
+template <class... Fs>
+constexpr decltype(Kernels::gemm_min_rows) gemm_min_rows_table(FormatList<Fs...>) {
+  return {gemm_min_rows_of<Fs>()...};
+}
+
+inline constexpr Kernels kKernels{MINIMIND_STRINGIFY(MINIMIND_TARGET), matvecs(Formats{}), gemm_min_rows_table(Formats{}),
                                   &q8::MINIMIND_TARGET::quantize_activations, &gemm_each,
                                   &silu_mul, &attend_head};
 

@@ -35,13 +35,16 @@ namespace minimind::kernels {
 // blocks of 12 rows x 256 columns left it slower than the memory allows.
 // 13 measured best for batched decode (minimind-bench -b, minimind2-small, one core of a Zen 5,
 // against 9, at 9 / 12 / 16 sequences: f32 1.63x / 1.45x / 1.11x, bf16 1.37x / 1.19x / 0.65x, q8
-// 1.75x / 1.31x / 0.96x).
+// 1.75x / 1.31x / 0.96x). A format's target section may set its own (gemm_min_rows(View), as
+// f32 does on AVX-512, where its decode products multiply register tiles of several positions).
 inline constexpr Index kGemmMinRows = 13;
+// The most positions any format's decode products take on any target.
+inline constexpr Index kMaxDecodePositions = 31;
 // Rows per chunk of a decode product: whole cache lines of output, 4-row kernels.
 inline constexpr Index kDecodeGrain = 16;
 
 // Format F's decode products on one target, for positions i < in.size() (fewer than
-// kGemmMinRows): y[i * y_stride + r] = W[r, :] x_i for r in [begin, end), chunk by chunk.
+// Kernels::gemm_from(F::id)): y[i * y_stride + r] = W[r, :] x_i for r in [begin, end), chunk by chunk.
 template <class F>
 using Matvec = void (*)(const typename F::View& w, std::span<const DecodeInput> in, float* y, Index y_stride,
                         Index begin, Index end);
@@ -56,6 +59,8 @@ struct MatvecsOf<FormatList<Fs...>> {
 struct Kernels {
   const char* name;                  // "avx512", "avx2", "neon", "wasm_simd128" or "scalar"
   MatvecsOf<Formats>::type matvecs;  // each format's decode products
+  // Per format (in WeightFormat order): from how many positions its products run on the GEMM.
+  std::array<Index, std::tuple_size_v<MatvecsOf<Formats>::type>> gemm_min_rows;
   // x [cols] quantized in q8's blocks, for the formats that multiply quantized activations.
   void (*quantize_activations)(const float* x, Index cols, int16_t* q, float* d);
   // y = X W^T for each product (gemm.hpp).
@@ -69,6 +74,7 @@ struct Kernels {
   Matvec<F> matvec() const {
     return std::get<Matvec<F>>(matvecs);
   }
+  Index gemm_from(WeightFormat format) const { return gemm_min_rows[static_cast<size_t>(format)]; }
 };
 
 // Every target the kernels know, best first.

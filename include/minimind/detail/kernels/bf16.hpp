@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 
 namespace minimind::kernels::bf16 {
 
@@ -129,6 +130,52 @@ inline float dot(const uint16_t* w, const float* x, const float* xp, Index cols)
   }
   return S::sum(S::add(a0, a1));
 }
+
+// Rows w_r = w + r * cols (r < R) against positions p < P in a register tile, as f32's dot_tile:
+// y[p * y_stride + r] = w_r . x_p, each (row, position) summed exactly as dot() sums it (even and
+// odd chains, the tail in the even one), so a sequence gets bit for bit the same in any batch as
+// alone. Per 32 columns R weight loads and 2 P input loads feed 2 R P FMAs.
+template <int R, int P>
+inline void dot_tile(const uint16_t* w, Index cols, const DecodeInput* in, float* y, Index y_stride) {
+  using S = simd::Avx512;
+  const __m512i odd = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 a0[R][P], a1[R][P];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) a0[r][p] = a1[r][p] = S::zero();
+  Index c = 0;
+  for (; c + kPairBlock <= cols; c += kPairBlock) {
+    __m512i v[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + (r + R) * cols + c), _MM_HINT_T0);
+      v[r] = _mm512_loadu_si512(w + r * cols + c);
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      const __m512 xe = S::load(in[p].x_pairs + c), xo = S::load(in[p].x_pairs + c + 16);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        a0[r][p] = S::madd(a0[r][p], _mm512_castsi512_ps(_mm512_slli_epi32(v[r], 16)), xe);
+        a1[r][p] = S::madd(a1[r][p], _mm512_castsi512_ps(_mm512_and_si512(v[r], odd)), xo);
+      }
+    }
+  }
+  for (; c < cols; c += S::kLanes) {
+    const Index n = std::min(S::kLanes, cols - c);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 wv = S::load(w + r * cols + c, n);
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p) a0[r][p] = S::madd(a0[r][p], wv, S::load(in[p].x + c, n));
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) y[p * y_stride + r] = S::sum(S::add(a0[r][p], a1[r][p]));
+}
 #elif MINIMIND_AVX2
 // The same in 256-bit vectors, with the 1 KiB prefetch that made decode from DRAM 6-7% faster on
 // a Zen 3 (paired runs, median; slower at 2 KiB and more).
@@ -182,6 +229,36 @@ inline void matvec(const bf16::View& w, const DecodeInput& in, float* y, Index b
 #endif
   }
 }
+
+#if MINIMIND_AVX512
+// Every position of a decode step at once (targets.hpp: Matvec), as f32's: register tiles of R
+// rows x 2 positions (dot_tile), the last 3 together; one position alone streams row after row
+// (dot). minimind2-small bf16, 2 threads of a Zen 5, aggregate tokens/s (minimind-bench -b, 2
+// rounds) against a chunk at a time for each position: 2 sequences 1.7-2.1x, 4 1.6-2.0x, 8
+// 2.0-2.3x, 12 2.0-2.2x; passes of 4 positions (2 rows) gained 1.1x at 8, of 3 1.2-1.3x; tiles
+// of 3 rows x 4 positions did not fit in the registers (1.0x). From 13 sequences the
+// GEMM and the tiles run alike, so the GEMM takes them as before.
+inline void matvec_positions(const bf16::View& w, std::span<const DecodeInput> in, float* y, Index y_stride,
+                             Index begin, Index end) {
+  if (in.size() == 1) {
+    matvec(w, in[0], y, begin, end);
+    return;
+  }
+  in_passes<2, 3>(in, y, y_stride, begin, end, [&](Index b, Index e, const DecodeInput* x, float* out, size_t count) {
+    // 2 R P accumulators and R weight vectors, widened as used, within the 32 zmm.
+    auto rows = [&]<int R, int P>() {
+      in_tiles<R>(b, e, [&]<int T>(Index r) {
+        bf16::MINIMIND_TARGET::dot_tile<T, P>(w.data + r * w.cols, w.cols, x, out + r, y_stride);
+      });
+    };
+    switch (count) {
+      case 2: rows.template operator()<4, 2>(); break;
+      case 3: rows.template operator()<2, 3>(); break;
+      default: rows.template operator()<6, 1>(); break;
+    }
+  });
+}
+#endif
 
 // Rows [r, r + mr), columns [k0, k0 + kc) widened into buf [mr, kc].
 inline const float* block(const bf16::View& w, Index r, Index mr, Index k0, Index kc, float* buf, Index& stride) {

@@ -183,33 +183,26 @@ inline void matvec(const f32::View& w, const DecodeInput& in, float* y, Index be
 // sequences at 0.55x of these, tiles of up to 4 ran 12 at 0.85x.
 inline void matvec_positions(const f32::View& w, std::span<const DecodeInput> in, float* y, Index y_stride,
                              Index begin, Index end) {
-  constexpr size_t kPass = 6;
   if (in.size() == 1) {
     matvec(w, in[0], y, begin, end);
     return;
   }
-  const Index chunk = in.size() > kPass ? 64 : end - begin;
-  for (Index b = begin; b < end; b += chunk) {
-    const Index e = std::min(end, b + chunk);
-    for (size_t i0 = 0; i0 < in.size(); i0 += kPass) {
-      const DecodeInput* x = in.data() + i0;
-      float* out = y + static_cast<Index>(i0) * y_stride;
-      // R x P accumulators, R weights and an input within the 32 zmm.
-      auto rows = [&]<int R, int P>() {
-        Index r = b;
-        for (; r + R <= e; r += R) f32::MINIMIND_TARGET::dot_tile<R, P>(w.data + r * w.cols, w.cols, x, out + r, y_stride);
-        for (; r < e; ++r) f32::MINIMIND_TARGET::dot_tile<1, P>(w.data + r * w.cols, w.cols, x, out + r, y_stride);
-      };
-      switch (std::min(kPass, in.size() - i0)) {
-        case 1: rows.template operator()<8, 1>(); break;
-        case 2: rows.template operator()<8, 2>(); break;
-        case 3: rows.template operator()<6, 3>(); break;
-        case 4: rows.template operator()<5, 4>(); break;
-        case 5: rows.template operator()<4, 5>(); break;
-        default: rows.template operator()<4, 6>(); break;
-      }
+  in_passes<6, 6>(in, y, y_stride, begin, end, [&](Index b, Index e, const DecodeInput* x, float* out, size_t count) {
+    // R x P accumulators, R weights and an input within the 32 zmm.
+    auto rows = [&]<int R, int P>() {
+      in_tiles<R>(b, e, [&]<int T>(Index r) {
+        f32::MINIMIND_TARGET::dot_tile<T, P>(w.data + r * w.cols, w.cols, x, out + r, y_stride);
+      });
+    };
+    switch (count) {
+      case 2: rows.template operator()<8, 2>(); break;
+      case 3: rows.template operator()<6, 3>(); break;
+      case 4: rows.template operator()<5, 4>(); break;
+      case 5: rows.template operator()<4, 5>(); break;
+      case 6: rows.template operator()<4, 6>(); break;
+      default: rows.template operator()<8, 1>(); break;
     }
-  }
+  });
 }
 
 // From how many positions a product runs on the GEMM rather than matvec_positions (targets.hpp):

@@ -6,7 +6,9 @@
 // formats.hpp lists them; linear, gemm, Weight and the loader go through that list only.
 #include "minimind/tensor.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 
 namespace minimind {
 
@@ -36,6 +38,32 @@ struct BlockLines {
 // more per row for a row that does not start on a line.
 inline BlockLines dense_lines(const void* data, Index size, Index cols, Index r, Index mr, Index k0, Index kc) {
   return {static_cast<const char*>(data) + (r * cols + k0) * size, cols * size, mr, (kc * size + 63) / 64 + 1};
+}
+
+// The loops around a decode kernel that multiplies register tiles of rows x positions (f32 and
+// bf16 on AVX-512): the positions in passes of kPass, the last one of up to kLast; with more than
+// one pass, the rows in chunks of 64, each chunk for every pass, so the passes after the first
+// read it from cache. rows(b, e, x, out, count) does rows [b, e) for the `count` positions from
+// x, their outputs at out.
+template <size_t kPass, size_t kLast, class Rows>
+void in_passes(std::span<const DecodeInput> in, float* y, Index y_stride, Index begin, Index end, Rows&& rows) {
+  static_assert(kLast >= kPass);
+  const Index chunk = in.size() > kLast ? 64 : end - begin;
+  for (Index b = begin; b < end; b += chunk) {
+    const Index e = std::min(end, b + chunk);
+    for (size_t i0 = 0, count; i0 < in.size(); i0 += count) {
+      count = in.size() - i0 <= kLast ? in.size() - i0 : kPass;
+      rows(b, e, in.data() + i0, y + static_cast<Index>(i0) * y_stride, count);
+    }
+  }
+}
+
+// Rows [b, e) in tiles of R, then one at a time: tile.template operator()<R>(r), then <1>.
+template <int R, class Tile>
+void in_tiles(Index b, Index e, Tile&& tile) {
+  Index r = b;
+  for (; r + R <= e; r += R) tile.template operator()<R>(r);
+  for (; r < e; ++r) tile.template operator()<1>(r);
 }
 
 }  // namespace kernels

@@ -211,35 +211,23 @@ inline void matvec_positions(const f32::View& w, std::span<const DecodeInput> in
 constexpr Index gemm_min_rows(const f32::View&) { return 32; }
 #elif MINIMIND_AVX2
 // Every position of a decode step at once (targets.hpp: Matvec): y[i * y_stride + r] = W[r, :] x_i;
-// for several positions in chunks of 64 rows, each chunk row after row for up to 4 positions at
-// a time (2 on AVX2), then again from cache for the next 4. minimind2-small f32 on one core of a
-// Zen 5, aggregate decode tokens/s (minimind-bench -b, 2 rounds) against chunks of 16 rows for one
-// position after another: 2 sequences 1.30x, 4 1.55x, 8 1.60x; passes of 8 positions with two
-// chains each gave 1.2x at 8.
+// for several positions in chunks of 64 rows, each chunk row after row for 2 positions at a time
+// (8 accumulators of the 16 ymm), then again from cache for the next 2. On one core of a Zen 5
+// (this kernel with 4 positions a pass in zmm, before the tiles), minimind2-small f32, aggregate
+// decode tokens/s (minimind-bench -b, 2 rounds) against chunks of 16 rows for one position after
+// another: 2 sequences 1.30x, 4 1.55x, 8 1.60x.
 inline void matvec_positions(const f32::View& w, std::span<const DecodeInput> in, float* y, Index y_stride,
                              Index begin, Index end) {
-  constexpr size_t kPass = MINIMIND_AVX512 ? 4 : 2;  // 16 accumulators of 32 zmm, 8 of 16 ymm
-  constexpr Index kChunk = 64;
   if (in.size() == 1) {  // one sequence's decode: the same sums, the plain stream
     matvec(w, in[0], y, begin, end);
     return;
   }
-  for (Index b = begin; b < end; b += kChunk) {
-    const Index e = std::min(end, b + kChunk);
-    for (size_t i0 = 0; i0 < in.size(); i0 += kPass) {
-      const DecodeInput* x = in.data() + i0;
-      float* out = y + static_cast<Index>(i0) * y_stride;
-      auto rows = [&]<int P>() {
-        for (Index r = b; r < e; ++r) f32::MINIMIND_TARGET::dot_positions<P>(w.data + r * w.cols, w.cols, x, out + r, y_stride);
-      };
-      switch (std::min(kPass, in.size() - i0)) {
-        case 1: rows.template operator()<1>(); break;
-        case 2: rows.template operator()<2>(); break;
-        case 3: if constexpr (kPass >= 3) rows.template operator()<3>(); break;
-        default: if constexpr (kPass >= 4) rows.template operator()<4>(); break;
-      }
+  in_passes<2, 2>(in, y, y_stride, begin, end, [&](Index b, Index e, const DecodeInput* x, float* out, size_t count) {
+    for (Index r = b; r < e; ++r) {
+      if (count == 2) f32::MINIMIND_TARGET::dot_positions<2>(w.data + r * w.cols, w.cols, x, out + r, y_stride);
+      else f32::MINIMIND_TARGET::dot_positions<1>(w.data + r * w.cols, w.cols, x, out + r, y_stride);
     }
-  }
+  });
 }
 #endif
 

@@ -40,8 +40,8 @@ inline BlockLines dense_lines(const void* data, Index size, Index cols, Index r,
   return {static_cast<const char*>(data) + (r * cols + k0) * size, cols * size, mr, (kc * size + 63) / 64 + 1};
 }
 
-// The loops around a decode kernel that multiplies register tiles of rows x positions (f32 and
-// bf16 on AVX-512): the positions in passes of kPass, the last one of up to kLast; with more than
+// The loops around a decode kernel that reads each weight row once for several positions (f32's
+// and bf16's register tiles, f32's dot_positions): the positions in passes of kPass, the last one of up to kLast; with more than
 // one pass, the rows in chunks of 64, each chunk for every pass, so the passes after the first
 // read it from cache. rows(b, e, x, out, count) does rows [b, e) for the `count` positions from
 // x, their outputs at out.

@@ -251,11 +251,9 @@ inline void matvec_positions(const bf16::View& w, std::span<const DecodeInput> i
         bf16::MINIMIND_TARGET::dot_tile<T, P>(w.data + r * w.cols, w.cols, x, out + r, y_stride);
       });
     };
-    switch (count) {
-      case 2: rows.template operator()<4, 2>(); break;
-      case 3: rows.template operator()<2, 3>(); break;
-      default: rows.template operator()<6, 1>(); break;
-    }
+    // Passes of 2 with the last of up to 3 (at least 2 positions here): count is 2 or 3.
+    if (count == 2) rows.template operator()<4, 2>();
+    else rows.template operator()<2, 3>();
   });
 }
 #endif

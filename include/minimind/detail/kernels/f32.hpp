@@ -73,10 +73,9 @@ inline float dot(const float* w, const float* x, Index cols) {
 // of a decode step's positions (a batch of sequences), and every (row, position) is summed in the
 // same order whatever P is, and as dot(): four FMA chains over 4 vectors a step, whole vectors
 // of the tail into the first, the last values after the lanes' sum. So a sequence gets bit for
-// bit the same in a batch as alone
-// (test_kernels). With several positions the loop has too few loads in flight for the stream
-// from DRAM to keep up, so it asks for the lines 8 KiB ahead into L2 (4 KiB into L2 and 2 KiB
-// into L1 gained less; alone, one position streams fastest without).
+// bit the same in a batch as alone (test_kernels). With several positions the loop has too few
+// loads in flight for the stream from DRAM to keep up, so it asks for the lines 8 KiB ahead into
+// L2 (4 KiB into L2 and 2 KiB into L1 gained less; alone, one position streams fastest without).
 template <int P>
 inline void dot_positions(const float* w, Index cols, const DecodeInput* in, float* y, Index y_stride) {
   using S = simd::Ops;
@@ -114,7 +113,6 @@ inline void dot_positions(const float* w, Index cols, const DecodeInput* in, flo
   }
 }
 #endif
-
 
 #if MINIMIND_AVX512
 // Rows w_r = w + r * cols (r < R) against positions x_p (p < P): y[p * y_stride + r] = w_r . x_p.

@@ -41,10 +41,10 @@ inline BlockLines dense_lines(const void* data, Index size, Index cols, Index r,
 }
 
 // The loops around a decode kernel that reads each weight row once for several positions (f32's
-// and bf16's register tiles, f32's dot_positions): the positions in passes of kPass, the last one of up to kLast; with more than
-// one pass, the rows in chunks of 64, each chunk for every pass, so the passes after the first
-// read it from cache. rows(b, e, x, out, count) does rows [b, e) for the `count` positions from
-// x, their outputs at out.
+// and bf16's register tiles, f32's dot_positions): the positions in passes of kPass, the last
+// one of up to kLast; with more than one pass, the rows in chunks of 64, each chunk for every
+// pass, so the passes after the first read it from cache. rows(b, e, x, out, count) does rows
+// [b, e) for the `count` positions from x, their outputs at out.
 template <size_t kPass, size_t kLast, class Rows>
 void in_passes(std::span<const DecodeInput> in, float* y, Index y_stride, Index begin, Index end, Rows&& rows) {
   static_assert(kLast >= kPass);

@@ -129,3 +129,18 @@ TEST_CASE("a BF16 checkpoint held as bf16 is viewed in place; held as f32 it is 
   CHECK_FALSE(f32.model.layers[0].self_attn.q_proj.is_view());
   CHECK(bf16.weight_bytes() * 2 - f32.weight_bytes() < 100000);  // norms stay f32
 }
+
+TEST_CASE("a model converted from an f32 file keeps nothing of the file; one held as f32 views it") {
+  const Checkpoint checkpoint = load_checkpoint(minimind::testing::data_dir() / "golden" / "mm3-dense");
+  REQUIRE(checkpoint.tensors.files().size() == 1);
+  const auto& file = checkpoint.tensors.files().front();
+  const long alone = file.use_count();
+  for (const auto format : {WeightFormat::BF16, WeightFormat::Q8}) {
+    const auto model = MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors, {format, 1});
+    CHECK_FALSE(model.model.norm.weight().is_view());  // the norms too: a view would hold the whole file
+    CHECK(file.use_count() == alone);
+  }
+  const auto f32 = MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors, {WeightFormat::F32, 1});
+  CHECK(f32.model.norm.weight().is_view());
+  CHECK(file.use_count() > alone);
+}

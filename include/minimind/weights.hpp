@@ -3,7 +3,7 @@
 // Every loaded value must be finite: a tensor holding NaN or an infinity is refused at load with
 // an Error naming the file, the tensor and the element (see WeightLoader::check_finite). Finite
 // weights that overflow during a forward pass give inf/NaN logits, which the Sampler refuses.
-// A tensor stored as that format is used in place inside the mapped file (zero copy): F32 held as
+// A tensor stored as that format is used in place inside the loaded file (zero copy): F32 held as
 // f32, BF16 held as bf16. Anything else is converted once into an owned buffer: F16/BF16 widened
 // exactly to f32, or f32 values rounded to bf16 or quantized to q8 (kernels/q8.hpp), held in a
 // WeightArena (huge pages: decode reads them faster). Shapes are
@@ -95,11 +95,14 @@ class WeightLoader {
     });
   }
 
+  // In place only in the model's own format: a view keeps the whole loaded file alive, so a norm
+  // viewed in an f32 file whose matrices became q8 would keep all of those f32 matrices too.
   Weight<T> load(const io::TensorRef& t, Index rows, Index cols, WeightFormat format) const {
     check_finite(t);
-    if constexpr (std::is_same_v<T, float>) {  // in place; a double model widens every value below
+    if constexpr (std::is_same_v<T, float>) {  // a double model widens every value below
       const auto address = reinterpret_cast<uintptr_t>(t.bytes.data());
-      if (format == WeightFormat::F32 && t.dtype == io::Dtype::F32 && address % alignof(T) == 0) {
+      const bool f32_model = format_ == WeightFormat::F32;
+      if (f32_model && format == WeightFormat::F32 && t.dtype == io::Dtype::F32 && address % alignof(T) == 0) {
         return Weight<T>::view(t.owner, reinterpret_cast<T*>(t.bytes.data()), rows, cols);
       }
       if (format == WeightFormat::BF16 && t.dtype == io::Dtype::BF16 && address % 2 == 0) {

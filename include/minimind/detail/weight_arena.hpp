@@ -34,6 +34,36 @@
 
 namespace minimind {
 
+// `size` bytes of zeroed memory starting on a 2 MiB boundary, marked for transparent huge pages:
+// an anonymous mapping 2 MiB larger, with the unaligned head and the tail unmapped.
+inline std::shared_ptr<void> huge_page_block(size_t size) {
+#if defined(__EMSCRIPTEN__)
+  // WebAssembly has one linear memory and no pages to advise; emscripten's mmap cannot unmap
+  // part of a mapping (the alignment trim below), so the block is a zeroed heap allocation.
+  void* block = ::operator new[](size, std::align_val_t{64});
+  std::memset(block, 0, size);
+  return std::shared_ptr<void>(block, [](void* p) { ::operator delete[](p, std::align_val_t{64}); });
+#else
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t mapped = size + kHugePage;
+  void* raw = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
+    throw Error("cannot allocate " + std::to_string(size >> 20) + " MiB: " + std::strerror(errno));
+  }
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > start) ::munmap(raw, aligned - start);
+  if (const uintptr_t tail = start + mapped - (aligned + size); tail > 0) {
+    ::munmap(reinterpret_cast<void*>(aligned + size), tail);
+  }
+  void* block = reinterpret_cast<void*>(aligned);
+#ifdef MADV_HUGEPAGE
+  ::madvise(block, size, MADV_HUGEPAGE);  // advice only: failure leaves ordinary pages
+#endif
+  return std::shared_ptr<void>(block, [size](void* p) { ::munmap(p, size); });
+#endif
+}
+
 class WeightArena {
  public:
   static constexpr size_t kHugePage = size_t{2} << 20;
@@ -51,7 +81,7 @@ class WeightArena {
     bytes = (bytes + kAlign - 1) / kAlign * kAlign;
     if (!block_ || block_size_ - used_ < bytes) {
       block_size_ = bytes > kBlock ? (bytes + kHugePage - 1) / kHugePage * kHugePage : kBlock;
-      block_ = map_block(block_size_);
+      block_ = huge_page_block(block_size_);
       used_ = 0;
     }
     void* piece = static_cast<std::byte*>(block_.get()) + used_;
@@ -61,35 +91,6 @@ class WeightArena {
   }
 
  private:
-  // An anonymous mapping of `size` bytes starting on a 2 MiB boundary: map 2 MiB more, then
-  // unmap the unaligned head and the tail.
-  static std::shared_ptr<void> map_block(size_t size) {
-#if defined(__EMSCRIPTEN__)
-    // WebAssembly has one linear memory and no pages to advise; emscripten's mmap cannot unmap
-    // part of a mapping (the alignment trim below), so the block is a zeroed heap allocation.
-    void* block = ::operator new[](size, std::align_val_t{kAlign});
-    std::memset(block, 0, size);
-    return std::shared_ptr<void>(block, [](void* p) { ::operator delete[](p, std::align_val_t{kAlign}); });
-#else
-    const size_t mapped = size + kHugePage;
-    void* raw = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) {
-      throw Error("cannot allocate " + std::to_string(size >> 20) + " MiB for weights: " + std::strerror(errno));
-    }
-    const auto start = reinterpret_cast<uintptr_t>(raw);
-    const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
-    if (aligned > start) ::munmap(raw, aligned - start);
-    if (const uintptr_t tail = start + mapped - (aligned + size); tail > 0) {
-      ::munmap(reinterpret_cast<void*>(aligned + size), tail);
-    }
-    void* block = reinterpret_cast<void*>(aligned);
-#ifdef MADV_HUGEPAGE
-    ::madvise(block, size, MADV_HUGEPAGE);  // advice only: failure leaves ordinary pages
-#endif
-    return std::shared_ptr<void>(block, [size](void* p) { ::munmap(p, size); });
-#endif
-  }
-
   // Unused under AddressSanitizer (one allocation per piece there).
   std::shared_ptr<void> block_;
   [[maybe_unused]] size_t block_size_ = 0, used_ = 0;

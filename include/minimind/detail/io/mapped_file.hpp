@@ -1,10 +1,13 @@
 #pragma once
-// A whole file mapped into memory, private and copy-on-write: weights stored in the compute dtype
-// are used in place (zero copy), and nothing we do can ever write back to the user's file.
+// A whole file read into private memory on 2 MiB pages: weights stored in the compute dtype are
+// used in place there (no copy per tensor), and nothing we do can ever write back to the user's
+// file. Read rather than mapped: a mapping of the file sits on the page cache's 4 KiB pages, and
+// decode streams every weight once per token (on an AMD Zen 5, f32 prefill of MiniMind2-Small on
+// one core ran about 1.25x faster, decode about 1.08x, on 2 MiB pages: README, "Speed beside llama.cpp").
+#include "minimind/detail/weight_arena.hpp"
 #include "minimind/error.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,13 +33,23 @@ class MappedFile {
     }
     auto file = std::shared_ptr<MappedFile>(new MappedFile(path, static_cast<size_t>(st.st_size)));
     if (file->size_ > 0) {
-      void* addr = ::mmap(nullptr, file->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-      if (addr == MAP_FAILED) {
-        int err = errno;
+      try {
+        file->block_ = huge_page_block(file->size_);
+      } catch (const Error& e) {
         ::close(fd);
-        throw Error(path.string() + ": cannot map: " + std::strerror(err));
+        throw Error(path.string() + ": " + e.what());
       }
-      file->data_ = static_cast<std::byte*>(addr);
+      file->data_ = static_cast<std::byte*>(file->block_.get());
+      for (size_t done = 0; done < file->size_;) {
+        const ssize_t n = ::pread(fd, file->data_ + done, file->size_ - done, static_cast<off_t>(done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          const int err = n < 0 ? errno : EIO;
+          ::close(fd);
+          throw Error(path.string() + ": cannot read at byte " + std::to_string(done) + ": " + std::strerror(err));
+        }
+        done += static_cast<size_t>(n);
+      }
     }
     ::close(fd);
     return file;
@@ -44,9 +57,6 @@ class MappedFile {
 
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(data_, size_);
-  }
 
   std::span<std::byte> bytes() { return {data_, size_}; }
   std::span<const std::byte> bytes() const { return {data_, size_}; }
@@ -56,6 +66,7 @@ class MappedFile {
  private:
   MappedFile(std::filesystem::path path, size_t size) : path_(std::move(path)), size_(size) {}
   std::filesystem::path path_;
+  std::shared_ptr<void> block_;
   std::byte* data_ = nullptr;
   size_t size_ = 0;
 };

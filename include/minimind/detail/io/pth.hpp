@@ -2,7 +2,7 @@
 // PyTorch .pth state dicts as torch.save writes them (PyTorch >= 1.6): a zip archive (zip.hpp)
 // with <archive>/data.pkl, the pickled {name: tensor} (pickle.hpp), and one entry
 // <archive>/data/<key> per storage, raw little-endian elements. A tensor that is a contiguous
-// row-major run of its storage is viewed in place in the mapped file; any other strided view is
+// row-major run of its storage is viewed in place in the loaded file; any other strided view is
 // copied into an owned buffer. Float, Half and BFloat16 storages are supported.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/mapped_file.hpp"

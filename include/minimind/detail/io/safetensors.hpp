@@ -39,7 +39,7 @@ struct TensorRef {
   std::vector<int64_t> shape;
   std::span<std::byte> bytes;
   std::string file;
-  std::shared_ptr<const void> owner;  // keeps the mapped file alive while a weight views `bytes`
+  std::shared_ptr<const void> owner;  // keeps the loaded file alive while a weight views `bytes`
 
   int64_t numel() const {
     int64_t n = 1;

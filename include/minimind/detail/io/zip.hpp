@@ -1,7 +1,7 @@
 #pragma once
 // The zip container torch.save writes (PKWARE APPNOTE): a central directory at the end listing
 // each entry, every entry stored uncompressed, so a tensor's bytes can be viewed in place inside
-// the mapped file. torch always writes the zip64 end records, so those are read too. Compressed
+// the loaded file. torch always writes the zip64 end records, so those are read too. Compressed
 // or encrypted entries, multi-disk archives and entries reaching past the file are refused.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/byte_reader.hpp"

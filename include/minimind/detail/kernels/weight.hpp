@@ -59,7 +59,7 @@ class Weight {
     w.is_view_ = true;
     return w;
   }
-  // Values held in packed format F (not f32), kept alive by `owner` (the mapped file, or an owned
+  // Values held in packed format F (not f32), kept alive by `owner` (the loaded file, or an owned
   // buffer).
   template <class F>
   static Weight packed(std::shared_ptr<const void> owner, const typename F::View& values, bool is_view)

@@ -480,17 +480,15 @@ class Scheduler {
 
   // A request while it runs. The scheduler writes `ids`, `stop`, `error` and `finished`; the
   // request's thread reads them and may set `cancel`; all under the scheduler's mutex. The
-  // scheduler wakes the thread through `produced` once `wake_ids` ids wait, or at the end.
+  // scheduler wakes the thread through `produced` once `wake_ids()` ids wait, or at the end.
   struct Sequence {
     Sequence(const Job& job_, Session& session_, int64_t vocab, minimind::Index context)
         : job(&job_),
           session(&session_),
-          sampler(job_.config, vocab, job_.prompt, context - static_cast<minimind::Index>(job_.prompt.size())),
-          wake_ids(job_.stream ? 1 : kUnstreamedWakeIds) {}
+          sampler(job_.config, vocab, job_.prompt, context - static_cast<minimind::Index>(job_.prompt.size())) {}
     const Job* job;
     Session* session;
     minimind::SequenceSampler sampler;
-    const size_t wake_ids;
     size_t prefilled = 0;  // prompt ids fed so far
     int32_t last = 0;      // the id to feed next, once prefilled
     std::vector<int32_t> ids;  // sampled, not yet taken by the request's thread
@@ -498,6 +496,8 @@ class Scheduler {
     std::string error;
     bool cancel = false, finished = false;
     std::condition_variable produced;
+
+    size_t wake_ids() const { return job->stream ? 1 : kUnstreamedWakeIds; }
   };
 
   // `context`: the positions a sequence may reach (--ctx).
@@ -522,11 +522,11 @@ class Scheduler {
     return seq;
   }
 
-  // Moves the ids sampled since the last call into `out`, waiting for the sequence's wake_ids of
+  // Moves the ids sampled since the last call into `out`, waiting for the sequence's wake_ids() of
   // them or its end; false once the sequence has finished and every id was taken.
   bool take(Sequence& seq, std::vector<int32_t>& out) {
     std::unique_lock<std::mutex> lock(mutex_);
-    seq.produced.wait(lock, [&] { return seq.ids.size() >= seq.wake_ids || seq.finished; });
+    seq.produced.wait(lock, [&] { return seq.ids.size() >= seq.wake_ids() || seq.finished; });
     out.swap(seq.ids);
     seq.ids.clear();
     return !out.empty();
@@ -613,7 +613,7 @@ class Scheduler {
           seq.ids.push_back(seq.last);
           seq.finished = seq.stop.has_value();
         }
-        if (seq.finished || seq.ids.size() >= seq.wake_ids) seq.produced.notify_all();
+        if (seq.finished || seq.ids.size() >= seq.wake_ids()) seq.produced.notify_all();
       }
       std::erase_if(running, [](const auto& seq) { return seq->finished; });
     }

@@ -34,17 +34,19 @@
 
 namespace minimind {
 
+inline constexpr size_t kHugePage = size_t{2} << 20;
+inline constexpr size_t kCacheLine = 64;
+
 // `size` bytes of zeroed memory starting on a 2 MiB boundary, marked for transparent huge pages:
 // an anonymous mapping 2 MiB larger, with the unaligned head and the tail unmapped.
 inline std::shared_ptr<void> huge_page_block(size_t size) {
 #if defined(__EMSCRIPTEN__)
   // WebAssembly has one linear memory and no pages to advise; emscripten's mmap cannot unmap
   // part of a mapping (the alignment trim below), so the block is a zeroed heap allocation.
-  void* block = ::operator new[](size, std::align_val_t{64});
+  void* block = ::operator new[](size, std::align_val_t{kCacheLine});
   std::memset(block, 0, size);
-  return std::shared_ptr<void>(block, [](void* p) { ::operator delete[](p, std::align_val_t{64}); });
+  return std::shared_ptr<void>(block, [](void* p) { ::operator delete[](p, std::align_val_t{kCacheLine}); });
 #else
-  constexpr size_t kHugePage = size_t{2} << 20;
   const size_t mapped = size + kHugePage;
   void* raw = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
@@ -66,9 +68,8 @@ inline std::shared_ptr<void> huge_page_block(size_t size) {
 
 class WeightArena {
  public:
-  static constexpr size_t kHugePage = size_t{2} << 20;
   static constexpr size_t kBlock = size_t{32} << 20;  // most models need a few blocks
-  static constexpr size_t kAlign = 64;
+  static constexpr size_t kAlign = kCacheLine;
 
   // `bytes` of zeroed memory, alive while the returned owner (or a copy) is; distinct calls
   // never share bytes. The owner keeps the whole block alive, not just the piece.

@@ -6,7 +6,7 @@
 // strangers. What the tensors mean for MiniMind is gguf_model.hpp's business; this is the format.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/byte_reader.hpp"
-#include "minimind/detail/io/mapped_file.hpp"
+#include "minimind/detail/io/loaded_file.hpp"
 
 #include <Eigen/Core>
 
@@ -190,7 +190,7 @@ class File {
   }
 
   static File open(const std::filesystem::path& path) {
-    auto file = MappedFile::open(path);
+    auto file = LoadedFile::open(path);
     return parse(file->bytes(), path.string(), file);
   }
 

@@ -5,7 +5,7 @@
 // row-major run of its storage is viewed in place in the loaded file; any other strided view is
 // copied into an owned buffer. Float, Half and BFloat16 storages are supported.
 #include "minimind/error.hpp"
-#include "minimind/detail/io/mapped_file.hpp"
+#include "minimind/detail/io/loaded_file.hpp"
 #include "minimind/detail/io/pickle.hpp"
 #include "minimind/detail/io/safetensors.hpp"
 #include "minimind/detail/io/zip.hpp"
@@ -156,7 +156,7 @@ inline TensorTable parse_pth(std::span<std::byte> file, const std::string& sourc
 }
 
 inline TensorTable read_pth(const std::filesystem::path& path) {
-  auto file = MappedFile::open(path);
+  auto file = LoadedFile::open(path);
   return parse_pth(file->bytes(), path.string(), file);
 }
 

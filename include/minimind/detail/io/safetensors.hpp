@@ -4,7 +4,7 @@
 // against the file before any byte is read through it, because the header comes from strangers.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/json.hpp"
-#include "minimind/detail/io/mapped_file.hpp"
+#include "minimind/detail/io/loaded_file.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -148,7 +148,7 @@ inline std::vector<TensorRef> parse_safetensors(std::span<std::byte> file, const
 // files kept alive as long as the table (and any weight that views into it).
 class TensorTable {
  public:
-  void add_file(std::shared_ptr<MappedFile> file) {
+  void add_file(std::shared_ptr<LoadedFile> file) {
     for (auto& t : parse_safetensors(file->bytes(), file->path().string())) {
       std::string name = t.name;
       t.owner = file;
@@ -177,7 +177,7 @@ class TensorTable {
   }
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
   const std::map<std::string, TensorRef>& tensors() const { return tensors_; }
-  const std::vector<std::shared_ptr<MappedFile>>& files() const { return files_; }
+  const std::vector<std::shared_ptr<LoadedFile>>& files() const { return files_; }
   std::string describe() const {
     if (files_.size() == 1) return files_[0]->path().string();
     if (files_.empty()) return source_.empty() ? "(no weight files)" : source_;
@@ -186,13 +186,13 @@ class TensorTable {
 
  private:
   std::map<std::string, TensorRef> tensors_;
-  std::vector<std::shared_ptr<MappedFile>> files_;
+  std::vector<std::shared_ptr<LoadedFile>> files_;
   std::string source_;  // the .pth / .gguf file the tensors came from
 };
 
 inline TensorTable read_safetensors(const std::filesystem::path& path) {
   TensorTable table;
-  table.add_file(MappedFile::open(path));
+  table.add_file(LoadedFile::open(path));
   return table;
 }
 
@@ -217,7 +217,7 @@ inline TensorTable read_safetensors_checkpoint(const std::filesystem::path& dir)
     shard_names.insert(name);
   }
   TensorTable table;
-  for (const auto& name : shard_names) table.add_file(MappedFile::open(dir / name));
+  for (const auto& name : shard_names) table.add_file(LoadedFile::open(dir / name));
   for (auto& [tensor, shard] : map_it->items()) {
     const TensorRef* t = table.find(tensor);
     if (t == nullptr || std::filesystem::path(t->file).filename() != shard.get<std::string>()) {

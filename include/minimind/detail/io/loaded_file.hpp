@@ -21,22 +21,22 @@
 
 namespace minimind::io {
 
-class MappedFile {
+class LoadedFile {
  public:
-  static std::shared_ptr<MappedFile> open(const std::filesystem::path& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  static std::shared_ptr<LoadedFile> open(const std::filesystem::path& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw Error(path.string() + ": cannot open: " + std::strerror(errno));
+    const struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{fd};
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw Error(path.string() + ": not a regular file");
-    }
-    auto file = std::shared_ptr<MappedFile>(new MappedFile(path, static_cast<size_t>(st.st_size)));
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(path.string() + ": not a regular file");
+    auto file = std::shared_ptr<LoadedFile>(new LoadedFile(path, static_cast<size_t>(st.st_size)));
     if (file->size_ > 0) {
       try {
         file->block_ = huge_page_block(file->size_);
       } catch (const Error& e) {
-        ::close(fd);
         throw Error(path.string() + ": " + e.what());
       }
       file->data_ = static_cast<std::byte*>(file->block_.get());
@@ -45,18 +45,16 @@ class MappedFile {
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
           const int err = n < 0 ? errno : EIO;
-          ::close(fd);
           throw Error(path.string() + ": cannot read at byte " + std::to_string(done) + ": " + std::strerror(err));
         }
         done += static_cast<size_t>(n);
       }
     }
-    ::close(fd);
     return file;
   }
 
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
+  LoadedFile(const LoadedFile&) = delete;
+  LoadedFile& operator=(const LoadedFile&) = delete;
 
   std::span<std::byte> bytes() { return {data_, size_}; }
   std::span<const std::byte> bytes() const { return {data_, size_}; }
@@ -64,7 +62,7 @@ class MappedFile {
   const std::filesystem::path& path() const { return path_; }
 
  private:
-  MappedFile(std::filesystem::path path, size_t size) : path_(std::move(path)), size_(size) {}
+  LoadedFile(std::filesystem::path path, size_t size) : path_(std::move(path)), size_(size) {}
   std::filesystem::path path_;
   std::shared_ptr<void> block_;
   std::byte* data_ = nullptr;

@@ -524,6 +524,47 @@ TEST_CASE("decode kernels of every target this CPU runs match the references on 
   }
 }
 
+#if MINIMIND_HAS_AVX512
+TEST_CASE("AVX-512 decode products: asking for the weights ahead (decode_prefetch_ahead) changes no bit") {
+  if (!kernels::x86_features().avx512) {
+    MESSAGE("skipped: this CPU has no AVX-512");
+    return;
+  }
+  MESSAGE("decode prefetch on this CPU: " << kernels::decode_prefetch_ahead() << " bytes ahead");
+  CHECK((kernels::decode_prefetch_ahead() == 0 || kernels::decode_prefetch_ahead() == kernels::kDecodePrefetchAhead));
+  constexpr uintptr_t kAhead = kernels::kDecodePrefetchAhead;
+  for (Index cols : {17, 100, 512, 777}) {
+    CAPTURE(cols);
+    const Index rows = 8;
+    const MatrixRM<float> m = random_matrix(rows, cols, static_cast<uint32_t>(cols * 31), 0.05f);
+    const MatrixRM<float> x = random_matrix(1, cols, static_cast<uint32_t>(cols + 5));
+    for (Index r = 0; r < rows; ++r) {
+      const float* w = m.data() + r * cols;
+      CHECK(kernels::f32::avx512::dot(w, x.data(), cols, kAhead) == kernels::f32::avx512::dot(w, x.data(), cols, 0));
+    }
+    const Weight<float> b = Weight<float>::owned(m).to_format(WeightFormat::BF16);
+    std::vector<float> x_pairs(static_cast<size_t>(cols));
+    kernels::bf16::to_pair_order(x.data(), cols, x_pairs.data());
+    for (Index r = 0; r < rows; ++r) {
+      const uint16_t* w = b.bf16_data() + r * cols;
+      CHECK(kernels::bf16::avx512::dot(w, x.data(), x_pairs.data(), cols, kAhead) ==
+            kernels::bf16::avx512::dot(w, x.data(), x_pairs.data(), cols, 0));
+    }
+    const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
+    const Index blocks = kernels::q8::blocks_for(cols);
+    std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
+    std::vector<float> xd(static_cast<size_t>(blocks));
+    kernels::q8::avx512::quantize_activations(x.data(), cols, xq.data(), xd.data());
+    std::vector<float> with(rows), without(rows);
+    for (Index r = 0; r < rows; r += kernels::q8::kGroup) {
+      kernels::q8::avx512::group(q.q8_view(), r, xq.data(), xd.data(), with.data(), kAhead);
+      kernels::q8::avx512::group(q.q8_view(), r, xq.data(), xd.data(), without.data(), 0);
+    }
+    CHECK(with == without);
+  }
+}
+#endif
+
 namespace {
 
 // A 128-bit target's dot products (the target sections for kernels/neon.hpp and

@@ -112,14 +112,15 @@ inline void widen(const uint16_t* in, float* out, Index n) {
 }
 
 #if MINIMIND_AVX512
-// sum_c float(w[c]) x[c], with x also given in pair order (xp, to_pair_order). No software
-// prefetch: on a Zen 5 it slowed this stream from DRAM (22-25 GB/s without, 14-17 with 1 KiB).
-inline float dot(const uint16_t* w, const float* x, const float* xp, Index cols) {
+// sum_c float(w[c]) x[c], with x also given in pair order (xp, to_pair_order); each step's line
+// asked for `ahead` bytes early unless 0 (decode_prefetch_ahead, simd.hpp).
+inline float dot(const uint16_t* w, const float* x, const float* xp, Index cols, uintptr_t ahead) {
   using S = simd::Avx512;
   const __m512i odd = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m512 a0 = S::zero(), a1 = a0;
   Index c = 0;
   for (; c + kPairBlock <= cols; c += kPairBlock) {
+    if (ahead > 0) simd::prefetch_ahead(w + c, ahead);
     const __m512i v = _mm512_loadu_si512(w + c);
     a0 = S::madd(a0, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), S::load(xp + c));
     a1 = S::madd(a1, _mm512_castsi512_ps(_mm512_and_si512(v, odd)), S::load(xp + c + 16));
@@ -204,7 +205,7 @@ inline float dot(const uint16_t* w, const float* x, const float* xp, Index cols)
 // sum_c float(w[c]) x[c]; the 128-bit targets take 8 weights a step.
 inline float dot(const uint16_t* w, const float* x, Index cols) {
 #if MINIMIND_SIMD
-  return simd::dot<simd::Ops, 2, 1024>(w, x, cols, [](uint16_t v) { return to_float(v); });
+  return simd::dot<simd::Ops, 2>(w, x, cols, [](uint16_t v) { return to_float(v); }, 1024);
 #else
   float sum = 0;
   for (Index c = 0; c < cols; ++c) sum += to_float(w[c]) * x[c];
@@ -221,8 +222,13 @@ namespace minimind::kernels::MINIMIND_TARGET {
 // y[r] = float(W[r, :]) x for r in [begin, end), row after row as for f32 (from DRAM: 11.7 GB/s,
 // against 7-8 for four rows side by side, on a Zen 3).
 inline void matvec(const bf16::View& w, const DecodeInput& in, float* y, Index begin, Index end) {
+#if MINIMIND_AVX512
+  const uintptr_t ahead = decode_prefetch_ahead();
+#endif
   for (Index r = begin; r < end; ++r) {
-#if MINIMIND_AVX2
+#if MINIMIND_AVX512
+    y[r] = bf16::MINIMIND_TARGET::dot(w.data + r * w.cols, in.x, in.x_pairs, w.cols, ahead);
+#elif MINIMIND_AVX2
     y[r] = bf16::MINIMIND_TARGET::dot(w.data + r * w.cols, in.x, in.x_pairs, w.cols);
 #else
     y[r] = bf16::MINIMIND_TARGET::dot(w.data + r * w.cols, in.x, w.cols);

@@ -143,7 +143,7 @@ inline void attend_head(const HeadAttention<float>& a) {
     float* p = a.scores + i * a.scores_stride;
     float top = -std::numeric_limits<float>::infinity();
     for (Index j = 0; j < visible; ++j) {
-      p[j] = dot<S, 1, 0>(a.keys + j * d, q, d, [](float w) { return w; });
+      p[j] = dot<S, 1>(a.keys + j * d, q, d, [](float w) { return w; });
       top = std::max(top, p[j]);
     }
     typename S::V total = S::zero();

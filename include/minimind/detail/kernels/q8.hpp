@@ -243,19 +243,23 @@ inline __m256 block_dot(const int8_t* wq, __m256i x0, __m256i x1) {
   return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1)));
 }
 inline __m256i load_x(const int16_t* x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)); }
-// The two lines of a four-row block step 1 KiB ahead are asked for early: decode from DRAM got
-// 14-18% faster on a Zen 3 (paired runs, median; 2 KiB ahead gained less). The avx512 target
-// leaves it to the hardware: on a Zen 5 minimind2-small decoded 1.21x as fast without (1 thread).
-inline void prefetch_block_ahead(const int8_t* q) {
-  simd::prefetch_ahead(q, 1024);
-  simd::prefetch_ahead(q, 1024 + 64);
+// How far ahead the two lines of a four-row block step are asked for: on AVX2 1 KiB (decode from
+// DRAM got 14-18% faster on a Zen 3, paired runs, median; 2 KiB ahead gained less); on AVX-512
+// decode_prefetch_ahead() (simd.hpp: none on a Zen 5, where minimind2-small decoded 1.21x as
+// fast without).
+inline uintptr_t block_prefetch_ahead() {
+#if MINIMIND_AVX512
+  return decode_prefetch_ahead();
+#else
+  return 1024;
+#endif
 }
 
 // Rows [r, r + 4) of a whole group: y[r + i] = W[r + i, :] . x, reading the group's interleaved
-// blocks in order. The combined scales d_w * d_x of 8 blocks stay in registers. AVX-512 runs this
-// one too: a 512-bit kernel (one vpdpwssd per block and row, scales broadcast from L1) decoded
-// 0.81-1.02x as fast on a Zen 5.
-inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y) {
+// blocks in order, each step's two lines asked for `ahead` bytes early unless 0. The combined
+// scales d_w * d_x of 8 blocks stay in registers. AVX-512 runs this one too: a 512-bit kernel
+// (one vpdpwssd per block and row, scales broadcast from L1) decoded 0.81-1.02x as fast on a Zen 5.
+inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y, uintptr_t ahead) {
   const int8_t* q = w.q + r * w.blocks * kBlock;  // block b of row r + i at q + (4 b + i) * 32
   const uint16_t* d0 = w.d + r * w.blocks;
   // Named, not arrays: indexed arrays of vectors go through the stack.
@@ -269,9 +273,10 @@ inline void group(const View& w, Index r, const int16_t* xq, const float* xd, fl
     };
     const __m256 s0 = scales(0), s1 = scales(1), s2 = scales(2), s3 = scales(3);
     for (int b = 0; b < 8; ++b, q += kGroup * kBlock) {
-#if !MINIMIND_AVX512
-      prefetch_block_ahead(q);
-#endif
+      if (ahead > 0) {
+        simd::prefetch_ahead(q, ahead);
+        simd::prefetch_ahead(q, ahead + 64);
+      }
       const __m256i x0 = load_x(xq + (b0 + b) * kBlock), x1 = load_x(xq + (b0 + b) * kBlock + 16);
       const __m256i lane = _mm256_set1_epi32(b);
       a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s0, lane), block_dot(q, x0, x1), a0);
@@ -292,7 +297,8 @@ inline void group(const View& w, Index r, const int16_t* xq, const float* xd, fl
 }
 #else
 // Rows [r, r + 4) of a whole group, one row after another.
-inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y) {
+inline uintptr_t block_prefetch_ahead() { return 0; }
+inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y, uintptr_t) {
   for (Index i = 0; i < kGroup; ++i) y[r + i] = dot(w, r + i, xq, xd);
 }
 #endif
@@ -303,7 +309,8 @@ inline void matvec(const View& w, const int16_t* xq, const float* xd, float* y, 
   Index r = begin;
   const Index grouped = std::min(end, w.rows / kGroup * kGroup);
   for (; r < begin + (kGroup - begin % kGroup) % kGroup && r < end; ++r) y[r] = dot(w, r, xq, xd);
-  for (; r + kGroup <= grouped; r += kGroup) group(w, r, xq, xd, y);
+  const uintptr_t ahead = block_prefetch_ahead();
+  for (; r + kGroup <= grouped; r += kGroup) group(w, r, xq, xd, y, ahead);
   for (; r < end; ++r) y[r] = dot(w, r, xq, xd);
 }
 

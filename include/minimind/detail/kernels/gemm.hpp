@@ -94,6 +94,23 @@ inline constexpr Index kPanel = 16;
 inline constexpr Index kRows = 6;
 #endif
 
+#if MINIMIND_AVX2
+// The cache lines of a block of weight rows, asked for a few at a time (the last line of the
+// last row may lie past the matrix: prefetch_ahead takes an address, and never faults).
+struct NextBlock : BlockLines {
+  Index row = 0, line = 0;  // the next line to ask for, counted (a division per line was a hot spot)
+  Index budget = 0;         // AVX-512, f32: how many the micro-kernel asks for, one every other k
+  Index lines() const { return rows * lines_per_row; }
+  Index asked() const { return row * lines_per_row + line; }
+  void ask(Index count) {
+    for (; count > 0 && row < rows; --count) {
+      simd::prefetch_ahead(first, static_cast<uintptr_t>(row * row_bytes + line * 64));
+      if (++line == lines_per_row) line = 0, ++row;
+    }
+  }
+};
+#endif
+
 #if MINIMIND_AVX512
 // A tile of R rows x W positions: ct[i][0..W) (+)= sum_k w[i][k] * xp[k][0..W) for i < R, with
 // W = 32 (two zmm per row), 16 (one zmm) or 8 (one ymm). The narrow tiles serve a panel's valid
@@ -110,8 +127,10 @@ struct TileVector<8> {
   using type = __m256;
 };
 
-template <int R, int W>
-inline void micro_kernel_rows(Index kc, const float* w, Index ws, const float* xp, float* ct, Index cs, bool accumulate) {
+// With Ask, it also asks for next's lines, one every other k, up to next->budget of them.
+template <int R, int W, bool Ask>
+inline void micro_kernel_rows(Index kc, const float* w, Index ws, const float* xp, float* ct, Index cs, bool accumulate,
+                              NextBlock* next) {
   using V = typename TileVector<W>::type;
   auto zero = [] { if constexpr (W == 8) return _mm256_setzero_ps(); else return _mm512_setzero_ps(); };
   auto load = [](const float* p) { if constexpr (W == 8) return _mm256_loadu_ps(p); else return _mm512_loadu_ps(p); };
@@ -127,7 +146,14 @@ inline void micro_kernel_rows(Index kc, const float* w, Index ws, const float* x
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 2
     for (int j = 0; j < kVectors; ++j) acc[i][j] = zero();
+  Index budget = Ask ? next->budget : 0;  // a local, so the loop keeps it in a register
   for (Index k = 0; k < kc; ++k, xp += kPanel) {
+    if constexpr (Ask) {
+      if ((k & 1) && budget > 0) {
+        next->ask(1);
+        --budget;
+      }
+    }
     V x[kVectors];
 #pragma GCC unroll 2
     for (int j = 0; j < kVectors; ++j) x[j] = load(xp + 16 * j);
@@ -138,6 +164,7 @@ inline void micro_kernel_rows(Index kc, const float* w, Index ws, const float* x
       for (int j = 0; j < kVectors; ++j) acc[i][j] = fmadd(b, x[j], acc[i][j]);
     }
   }
+  if constexpr (Ask) next->budget = budget;
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) {
     float* c = ct + i * cs;
@@ -151,15 +178,16 @@ inline void micro_kernel_rows(Index kc, const float* w, Index ws, const float* x
 
 template <int W>
 inline void micro_kernel_width(Index mr, Index kc, const float* w, Index w_stride, const float* xp, float* ct,
-                               Index ct_stride, bool accumulate) {
+                               Index ct_stride, bool accumulate, NextBlock* next) {
   // The last rows of a range in tiles of 8, 4, 2 and 1 (a small share of the work).
   while (mr > 0) {
     const Index step = mr >= kRows ? kRows : mr >= 8 ? 8 : mr >= 4 ? 4 : mr >= 2 ? 2 : 1;
-    if (step == kRows) micro_kernel_rows<kRows, W>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
-    else if (step == 8) micro_kernel_rows<8, W>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
-    else if (step == 4) micro_kernel_rows<4, W>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
-    else if (step == 2) micro_kernel_rows<2, W>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
-    else micro_kernel_rows<1, W>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+    if (step == kRows && next) micro_kernel_rows<kRows, W, true>(kc, w, w_stride, xp, ct, ct_stride, accumulate, next);
+    else if (step == kRows) micro_kernel_rows<kRows, W, false>(kc, w, w_stride, xp, ct, ct_stride, accumulate, nullptr);
+    else if (step == 8) micro_kernel_rows<8, W, false>(kc, w, w_stride, xp, ct, ct_stride, accumulate, nullptr);
+    else if (step == 4) micro_kernel_rows<4, W, false>(kc, w, w_stride, xp, ct, ct_stride, accumulate, nullptr);
+    else if (step == 2) micro_kernel_rows<2, W, false>(kc, w, w_stride, xp, ct, ct_stride, accumulate, nullptr);
+    else micro_kernel_rows<1, W, false>(kc, w, w_stride, xp, ct, ct_stride, accumulate, nullptr);
     mr -= step;
     w += step * w_stride;
     ct += step * ct_stride;
@@ -168,10 +196,10 @@ inline void micro_kernel_width(Index mr, Index kc, const float* w, Index w_strid
 
 // A tile over the first `positions` (1..32) of a panel; the rest of its columns in ct are not written.
 inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, const float* xp, float* ct,
-                         Index ct_stride, bool accumulate, Index positions) {
-  if (positions > 16) micro_kernel_width<32>(mr, kc, w, w_stride, xp, ct, ct_stride, accumulate);
-  else if (positions > 8) micro_kernel_width<16>(mr, kc, w, w_stride, xp, ct, ct_stride, accumulate);
-  else micro_kernel_width<8>(mr, kc, w, w_stride, xp, ct, ct_stride, accumulate);
+                         Index ct_stride, bool accumulate, Index positions, NextBlock* next) {
+  if (positions > 16) micro_kernel_width<32>(mr, kc, w, w_stride, xp, ct, ct_stride, accumulate, next);
+  else if (positions > 8) micro_kernel_width<16>(mr, kc, w, w_stride, xp, ct, ct_stride, accumulate, next);
+  else micro_kernel_width<8>(mr, kc, w, w_stride, xp, ct, ct_stride, accumulate, next);
 }
 #elif MINIMIND_AVX2
 inline void store_tile_row(float* c, __m256 lo, __m256 hi, bool accumulate) {
@@ -239,7 +267,7 @@ inline void micro_kernel_1(Index kc, const float* w, const float* xp, float* ct,
 
 // The AVX2 tile is always 16 positions wide (`positions` is not used).
 inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, const float* xp, float* ct,
-                         Index ct_stride, bool accumulate, Index /*positions*/) {
+                         Index ct_stride, bool accumulate, Index /*positions*/, NextBlock*) {
   if (mr == kRows) {
     micro_kernel_6(kc, w, w_stride, xp, ct, ct_stride, accumulate);
     return;
@@ -249,19 +277,6 @@ inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, con
 #endif
 
 #if MINIMIND_AVX2
-// The cache lines of a block of weight rows, asked for a few at a time (the last line of the
-// last row may lie past the matrix: prefetch_ahead takes an address, and never faults).
-struct NextBlock : BlockLines {
-  Index row = 0, line = 0;  // the next line to ask for, counted (a division per line was a hot spot)
-  Index lines() const { return rows * lines_per_row; }
-  void ask(Index count) {
-    for (; count > 0 && row < rows; --count) {
-      simd::prefetch_ahead(first, static_cast<uintptr_t>(row * row_bytes + line * 64));
-      if (++line == lines_per_row) line = 0, ++row;
-    }
-  }
-};
-
 // 8x8 transpose of rows src[i * src_stride + 0..8) into dst[j * dst_stride + 0..8).
 inline void transpose8(const float* src, Index src_stride, float* dst, Index dst_stride) {
   __m256 r[8];
@@ -384,15 +399,28 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
           const float* wp = block(w, r, mr, k0, kc, wbuf, ws);
           float* c = ct.data() + (r - r0) * npad;
           // The weights come from DRAM in pieces of kRows rows x KC columns, too short for the
-          // hardware prefetcher to learn: ask for the next piece, a share of its lines before each panel.
+          // hardware prefetcher to learn: ask for the next piece, a share of its lines per panel.
+          // f32 read in place on AVX-512: the 12-row micro-kernel asks for its share one line
+          // every other k (a burst of some 50 before the panel filled the L1 miss buffers and
+          // stalled there: on an Intel Xeon, minimind-bench pp128 f32 at 1 thread 1.04-1.11x,
+          // batches of 32 sequences 1.05-1.13x); the widened formats read their block before the
+          // kernel and keep the burst.
           NextBlock next;
           if (r + kRows < r1) next = next_block(r + kRows, std::min(kRows, r1 - r - kRows), k0, kc);
           else if (k0 + kKc < cols) next = next_block(r0, std::min(kRows, r1 - r0), k0 + kKc, std::min(kKc, cols - k0 - kKc));
           const Index share = (next.lines() + panels - 1) / panels;
+#if MINIMIND_AVX512
+          const bool spread = wp != wbuf;
+#else
+          constexpr bool spread = false;
+#endif
           for (Index p = 0; p < panels; ++p) {
-            next.ask(share);
+            if (spread) next.budget = std::min(next.lines(), share * (p + 1)) - next.asked();
+            else next.ask(share);
             micro_kernel(mr, kc, wp, ws, xp + p * cols * kPanel + k0 * kPanel, c + p * kPanel, npad, k0 > 0,
-                         std::min(kPanel, n - p * kPanel));
+                         std::min(kPanel, n - p * kPanel), spread ? &next : nullptr);
+            next.ask(next.budget);  // those the micro-kernel had no steps left for
+            next.budget = 0;
           }
         }
       }

@@ -616,7 +616,8 @@ void check_128bit_dots(F32Dot f32_dot, Bf16Dot bf16_dot, Q8BlocksDot q8_blocks_d
 
 TEST_CASE("NEON dot products (aarch64) match the scalar references on every tail") {
 #if MINIMIND_HAS_NEON
-  check_128bit_dots(kernels::f32::neon::dot, kernels::bf16::neon::dot, kernels::neon::q8_dot, kernels::q8::neon::dot);
+  check_128bit_dots([](const float* w, const float* x, Index cols) { return kernels::f32::neon::dot(w, x, cols); },
+                    kernels::bf16::neon::dot, kernels::neon::q8_dot, kernels::q8::neon::dot);
   MESSAGE("ran: NEON kernels");
 #else
   MESSAGE("not run: NEON kernels (this build is not for aarch64)");
@@ -625,8 +626,8 @@ TEST_CASE("NEON dot products (aarch64) match the scalar references on every tail
 
 TEST_CASE("WebAssembly SIMD128 dot products match the scalar references on every tail") {
 #if MINIMIND_HAS_WASM_SIMD
-  check_128bit_dots(kernels::f32::wasm_simd128::dot, kernels::bf16::wasm_simd128::dot, kernels::wasm_simd128::q8_dot,
-                    kernels::q8::wasm_simd128::dot);
+  check_128bit_dots([](const float* w, const float* x, Index cols) { return kernels::f32::wasm_simd128::dot(w, x, cols); },
+                    kernels::bf16::wasm_simd128::dot, kernels::wasm_simd128::q8_dot, kernels::q8::wasm_simd128::dot);
   MESSAGE("ran: WebAssembly SIMD128 kernels");
 #else
   MESSAGE("not run: WebAssembly SIMD128 kernels (this build is not for wasm with -msimd128)");

@@ -113,7 +113,7 @@ inline void widen(const uint16_t* in, float* out, Index n) {
 
 #if MINIMIND_AVX512
 // sum_c float(w[c]) x[c], with x also given in pair order (xp, to_pair_order); each step's line
-// asked for `ahead` bytes early unless 0 (decode_prefetch_ahead, simd.hpp).
+// asked for `ahead` bytes early unless 0 (decode_ahead, simd.hpp).
 inline float dot(const uint16_t* w, const float* x, const float* xp, Index cols, uintptr_t ahead) {
   using S = simd::Avx512;
   const __m512i odd = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -178,9 +178,9 @@ inline void dot_tile(const uint16_t* w, Index cols, const DecodeInput* in, float
     for (int p = 0; p < P; ++p) y[p * y_stride + r] = S::sum(S::add(a0[r][p], a1[r][p]));
 }
 #elif MINIMIND_AVX2
-// The same in 256-bit vectors, with the 1 KiB prefetch that made decode from DRAM 6-7% faster on
-// a Zen 3 (paired runs, median; slower at 2 KiB and more).
-inline float dot(const uint16_t* w, const float* x, const float* xp, Index cols) {
+// The same in 256-bit vectors (matvec asks 1 KiB ahead here: decode from DRAM got 6-7% faster on
+// a Zen 3, paired runs, median; slower at 2 KiB and more).
+inline float dot(const uint16_t* w, const float* x, const float* xp, Index cols, uintptr_t ahead) {
   using S = simd::Avx2;
   const __m256i odd = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   auto even_of = [](__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); };
@@ -188,7 +188,7 @@ inline float dot(const uint16_t* w, const float* x, const float* xp, Index cols)
   __m256 a0 = S::zero(), a1 = a0, a2 = a0, a3 = a0;
   Index c = 0;
   for (; c + kPairBlock <= cols; c += kPairBlock) {
-    simd::prefetch_ahead(w + c, 1024);
+    if (ahead > 0) simd::prefetch_ahead(w + c, ahead);
     const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c));
     const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c + 16));
     a0 = S::madd(a0, even_of(v0), S::load(xp + c));
@@ -222,14 +222,12 @@ namespace minimind::kernels::MINIMIND_TARGET {
 // y[r] = float(W[r, :]) x for r in [begin, end), row after row as for f32 (from DRAM: 11.7 GB/s,
 // against 7-8 for four rows side by side, on a Zen 3).
 inline void matvec(const bf16::View& w, const DecodeInput& in, float* y, Index begin, Index end) {
-#if MINIMIND_AVX512
-  const uintptr_t ahead = decode_prefetch_ahead();
+#if MINIMIND_AVX2
+  const uintptr_t ahead = decode_ahead(1024);
 #endif
   for (Index r = begin; r < end; ++r) {
-#if MINIMIND_AVX512
+#if MINIMIND_AVX2
     y[r] = bf16::MINIMIND_TARGET::dot(w.data + r * w.cols, in.x, in.x_pairs, w.cols, ahead);
-#elif MINIMIND_AVX2
-    y[r] = bf16::MINIMIND_TARGET::dot(w.data + r * w.cols, in.x, in.x_pairs, w.cols);
 #else
     y[r] = bf16::MINIMIND_TARGET::dot(w.data + r * w.cols, in.x, w.cols);
 #endif

@@ -166,13 +166,9 @@ namespace minimind::kernels::MINIMIND_TARGET {
 // y[r] = W[r, :] x for r in [begin, end), one row after another: the weights are then one
 // sequential stream, which the hardware prefetcher follows best (from DRAM on a Zen 3: 14 GB/s,
 // against 12 for four rows read side by side); x stays in L1. On AVX-512 the stream is also
-// asked for ahead where that measured faster (decode_prefetch_ahead, simd.hpp).
+// asked for ahead where that measured faster (decode_ahead, simd.hpp).
 inline void matvec(const f32::View& w, const DecodeInput& in, float* y, Index begin, Index end) {
-#if MINIMIND_AVX512
-  const uintptr_t ahead = decode_prefetch_ahead();
-#else
-  const uintptr_t ahead = 0;
-#endif
+  const uintptr_t ahead = decode_ahead(0);
   for (Index r = begin; r < end; ++r) y[r] = f32::MINIMIND_TARGET::dot(w.data + r * w.cols, in.x, w.cols, ahead);
 }
 

@@ -243,20 +243,11 @@ inline __m256 block_dot(const int8_t* wq, __m256i x0, __m256i x1) {
   return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1)));
 }
 inline __m256i load_x(const int16_t* x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)); }
-// How far ahead the two lines of a four-row block step are asked for: on AVX2 1 KiB (decode from
-// DRAM got 14-18% faster on a Zen 3, paired runs, median; 2 KiB ahead gained less); on AVX-512
-// decode_prefetch_ahead() (simd.hpp: none on a Zen 5, where minimind2-small decoded 1.21x as
-// fast without).
-inline uintptr_t block_prefetch_ahead() {
-#if MINIMIND_AVX512
-  return decode_prefetch_ahead();
-#else
-  return 1024;
-#endif
-}
-
 // Rows [r, r + 4) of a whole group: y[r + i] = W[r + i, :] . x, reading the group's interleaved
-// blocks in order, each step's two lines asked for `ahead` bytes early unless 0. The combined
+// blocks in order, each step's two lines asked for `ahead` bytes early unless 0 (matvec: on AVX2
+// 1 KiB, as decode from DRAM got 14-18% faster on a Zen 3, paired runs, median, 2 KiB gaining
+// less; on AVX-512 simd::decode_ahead(), none on a Zen 5, where minimind2-small decoded 1.21x as fast
+// without). The combined
 // scales d_w * d_x of 8 blocks stay in registers. AVX-512 runs this one too: a 512-bit kernel
 // (one vpdpwssd per block and row, scales broadcast from L1) decoded 0.81-1.02x as fast on a Zen 5.
 inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y, uintptr_t ahead) {
@@ -296,8 +287,7 @@ inline void group(const View& w, Index r, const int16_t* xq, const float* xd, fl
   _mm_storeu_ps(y + r, simd::hsum4(a0, a1, a2, a3));
 }
 #else
-// Rows [r, r + 4) of a whole group, one row after another.
-inline uintptr_t block_prefetch_ahead() { return 0; }
+// Rows [r, r + 4) of a whole group, one row after another (no prefetch).
 inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y, uintptr_t) {
   for (Index i = 0; i < kGroup; ++i) y[r + i] = dot(w, r + i, xq, xd);
 }
@@ -309,7 +299,7 @@ inline void matvec(const View& w, const int16_t* xq, const float* xd, float* y, 
   Index r = begin;
   const Index grouped = std::min(end, w.rows / kGroup * kGroup);
   for (; r < begin + (kGroup - begin % kGroup) % kGroup && r < end; ++r) y[r] = dot(w, r, xq, xd);
-  const uintptr_t ahead = block_prefetch_ahead();
+  const uintptr_t ahead = simd::decode_ahead(1024);
   for (; r + kGroup <= grouped; r += kGroup) group(w, r, xq, xd, y, ahead);
   for (; r < end; ++r) y[r] = dot(w, r, xq, xd);
 }

@@ -236,6 +236,17 @@ using Ops = Avx512;
 using Ops = Avx2;
 #endif
 
+// How many bytes ahead this target's decode kernels ask for the weights' lines: on AVX-512 what
+// this CPU wants (decode_prefetch_ahead), elsewhere `elsewhere`, what the format measured best on
+// its target (0: none).
+inline uintptr_t decode_ahead([[maybe_unused]] uintptr_t elsewhere) {
+#if MINIMIND_AVX512
+  return decode_prefetch_ahead();
+#else
+  return elsewhere;
+#endif
+}
+
 #if MINIMIND_SIMD
 // sum_c widen(w[c]) x[c] for c in [0, cols), w float or bf16, on vector operations S: four
 // independent chains over 4 vectors a step, then steps of TailVectors vectors (the 128-bit bf16
@@ -243,7 +254,7 @@ using Ops = Avx2;
 // scalar widening of one weight. A non-zero `ahead` asks for the lines a step reads that many
 // bytes early (bf16, when this loop was the AVX2 kernel's, on a Zen 3: decode from DRAM got 6-7%
 // faster with 1 KiB, paired runs, median; slower at 2 KiB and more, and for f32 at any distance;
-// AVX-512: decode_prefetch_ahead()).
+// decode_ahead()).
 template <class S, int TailVectors, class W, class Widen>
 inline float dot(const W* w, const float* x, Index cols, Widen widen, uintptr_t ahead = 0) {
   constexpr Index L = S::kLanes;

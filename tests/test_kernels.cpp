@@ -412,15 +412,16 @@ TEST_CASE("q8 activations on every target: tiny, zero and non-finite blocks neve
 }
 
 TEST_CASE("gemm_each() of every target, every format, against the plain product: rows not a multiple of the tile, columns not of a vector, 3..70 positions, 1 to 3 threads") {
-  // Tiles are 12 rows x 32 positions (AVX-512) or 6 x 16 (AVX2), in chunks of 48 rows and blocks
-  // of 256 columns: these shapes leave a remainder in each, and 300 columns span two blocks.
+  // Tiles are 12 rows x 32 positions (AVX-512) or 6 x 16 (AVX2), in chunks of 48 to 96 rows and
+  // blocks of 256 columns: these shapes leave a remainder in each, 300 columns span two blocks,
+  // and 797 rows make chunks of 96 on 2 threads.
   for (const kernels::Kernels* k : runnable_targets()) {
     CAPTURE(k->name);
     for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
       for (int threads : {1, 2, 3}) {
         kernels::ThreadPool pool(threads);
         kernels::GemmScratch scratch;
-        for (const auto& shape : {std::pair<Index, Index>{1, 40}, {13, 300}, {59, 77}, {100, 33}, {131, 520}}) {
+        for (const auto& shape : {std::pair<Index, Index>{1, 40}, {13, 300}, {59, 77}, {100, 33}, {131, 520}, {797, 40}}) {
           const Index rows = shape.first, cols = shape.second;
           const Weight<float> w = Weight<float>::owned(random_matrix(rows, cols, 31, 1.0f / std::sqrt(float(cols)))).to_format(format);
           const MatrixRM<float> plain = widened(w);

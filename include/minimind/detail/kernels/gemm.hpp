@@ -98,18 +98,26 @@ inline constexpr Index kRows = 6;
 #endif
 
 #if MINIMIND_AVX2
-// The cache lines of a block of weight rows, asked for a few at a time (the last line of the
-// last row may lie past the matrix: prefetch_ahead takes an address, and never faults).
-struct NextBlock : BlockLines {
-  Index row = 0, line = 0;  // the next line to ask for, counted (a division per line was a hot spot)
-  Index budget = 0;         // AVX-512, f32: how many the micro-kernel asks for, one every other k
-  Index lines() const { return rows * lines_per_row; }
-  Index asked() const { return row * lines_per_row + line; }
-  void ask(Index count) {
-    for (; count > 0 && row < rows; --count) {
-      simd::prefetch_ahead(first, static_cast<uintptr_t>(row * row_bytes + line * 64));
-      if (++line == lines_per_row) line = 0, ++row;
-    }
+// The cache lines of a block of weight rows, asked for a few at a time. Their addresses are
+// listed once per block, so that asking for one inside the micro-kernel is a load and a
+// prefetch (counting rows and lines there took some 15 integer operations per line, a share of
+// them on the FMAs' ports). The last line of the last row may lie past the matrix: they are
+// addresses, not pointers, and a prefetch never faults.
+struct NextBlock {
+  static constexpr Index kMaxLines = kRows * (kKc * 4 / 64 + 1);  // f32's, the widest weights
+  uintptr_t line[kMaxLines];
+  Index count = 0, asked = 0;
+  Index budget = 0;  // AVX-512, f32: how many the micro-kernel asks for, one every other k
+  void set(const BlockLines& b) {
+    const auto first = reinterpret_cast<uintptr_t>(b.first);
+    count = asked = 0;
+    for (Index r = 0; r < b.rows; ++r)
+      for (Index l = 0; l < b.lines_per_row; ++l) line[count++] = first + static_cast<uintptr_t>(r * b.row_bytes + l * 64);
+  }
+  Index lines() const { return count; }
+  static void prefetch(uintptr_t address) { _mm_prefetch(reinterpret_cast<const char*>(address), _MM_HINT_T0); }
+  void ask(Index n) {
+    for (; n > 0 && asked < count; --n) prefetch(line[asked++]);
   }
 };
 #endif
@@ -158,11 +166,13 @@ inline void micro_kernel_rows(Index kc, const float* w, Index ws, const float* x
   constexpr int kTimes[12] = {0, 1, 2, 0, 4, 2, 0, 4, 8, 0, 4, 8};
   const char* base[4] = {reinterpret_cast<const char*>(w)};
   for (int b = 1; b < 4; ++b) base[b] = R > 3 * b ? base[0] + 3 * b * s : base[0];
-  Index budget = Ask ? next->budget : 0;  // a local, so the loop keeps it in a register
+  // Locals, so the loop keeps them in registers.
+  Index budget = Ask ? next->budget : 0;
+  const uintptr_t* ask = Ask ? next->line + next->asked : nullptr;
   for (Index k = 0; k < kc; ++k, xp += kPanel) {
     if constexpr (Ask) {
       if ((k & 1) && budget > 0) {
-        next->ask(1);
+        NextBlock::prefetch(*ask++);
         --budget;
       }
     }
@@ -178,7 +188,10 @@ inline void micro_kernel_rows(Index kc, const float* w, Index ws, const float* x
 #pragma GCC unroll 4
     for (auto& b : base) b += sizeof(float);
   }
-  if constexpr (Ask) next->budget = budget;
+  if constexpr (Ask) {
+    next->budget = budget;
+    next->asked = ask - next->line;
+  }
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) {
     float* c = ct + i * cs;
@@ -406,7 +419,6 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
       ensure(ct, (r1 - r0) * npad);
       ensure(scratch.wbuf[static_cast<size_t>(t)], kRows * kKc);
       float* wbuf = scratch.wbuf[static_cast<size_t>(t)].data();
-      auto next_block = [&](Index r, Index mr, Index k0, Index kc) { return NextBlock{F::lines(w, r, mr, k0, kc)}; };
       // kRows rows at a time, each over all its columns in blocks of KC: the rows are read front
       // to back (on an Intel Xeon 1-4% faster than all rows of one block of columns, then the next).
       for (Index r = r0; r < r1; r += kRows) {
@@ -425,8 +437,8 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
           // batches of 32 sequences 1.05-1.13x); the widened formats read their block before the
           // kernel and keep the burst.
           NextBlock next;
-          if (k0 + kKc < cols) next = next_block(r, mr, k0 + kKc, std::min(kKc, cols - k0 - kKc));
-          else if (r + kRows < r1) next = next_block(r + kRows, std::min(kRows, r1 - r - kRows), 0, std::min(kKc, cols));
+          if (k0 + kKc < cols) next.set(F::lines(w, r, mr, k0 + kKc, std::min(kKc, cols - k0 - kKc)));
+          else if (r + kRows < r1) next.set(F::lines(w, r + kRows, std::min(kRows, r1 - r - kRows), 0, std::min(kKc, cols)));
           const Index share = (next.lines() + panels - 1) / panels;
 #if MINIMIND_AVX512
           const bool spread = wp != wbuf;
@@ -434,7 +446,7 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
           constexpr bool spread = false;
 #endif
           for (Index p = 0; p < panels; ++p) {
-            if (spread) next.budget = std::min(next.lines(), share * (p + 1)) - next.asked();
+            if (spread) next.budget = std::min(next.lines(), share * (p + 1)) - next.asked;
             else next.ask(share);
             micro_kernel(mr, kc, wp, ws, xp + p * cols * kPanel + k0 * kPanel, c + p * kPanel, npad, k0 > 0,
                          std::min(kPanel, n - p * kPanel), spread ? &next : nullptr);

@@ -30,7 +30,7 @@ struct AttentionScratch {
   MatrixRM<T> k, v;      // [rows, kv_heads * head_dim]
   MatrixRM<T> cos, sin;  // [rows, head_dim / 2] rotary angles of each row's position
   MatrixRM<T> out;       // [rows, heads * head_dim] the heads' weighted values, before o_proj
-  MatrixRM<T> scores;    // [threads * query_block, context] a block of score rows per thread
+  MatrixRM<T> scores;    // [threads * group * query_block, context] per thread a block of score rows per head of a group
   MatrixRM<T> probs;     // [heads * rows, keys] kept for an observer only
   Index query_block = 1;
 
@@ -44,8 +44,9 @@ struct AttentionScratch {
       out.resize(rows, c.num_attention_heads * c.head_dim);
       query_block = std::min(rows, kQueryBlock);
     }
-    if (threads * query_block > scores.rows() || context > scores.cols()) {
-      scores.resize(std::max(threads * query_block, scores.rows()), std::max(context, scores.cols()));
+    const Index score_rows = threads * c.num_attention_heads / c.num_key_value_heads * query_block;
+    if (score_rows > scores.rows() || context > scores.cols()) {
+      scores.resize(std::max(score_rows, scores.rows()), std::max(context, scores.cols()));
     }
   }
 };
@@ -101,42 +102,48 @@ class Attention {
   }
 
   // s.out = softmax(q k^T / sqrt(head_dim)) v for every head of every sequence, each row over its
-  // own sequence's cached keys up to its own position. A head's queries go in blocks, each one
-  // kernels::attend_head (ops.hpp): scores against the keys, a causal softmax per row (keys a row
-  // may not see get weight 0), the weighted sum of the values. (sequence, head) pairs are split
-  // across the pool. With keep_probs (one sequence only) the
+  // own sequence's cached keys up to its own position. The query heads that share a kv head go
+  // together, a block of queries at a time, through kernels::attend_heads (ops.hpp): scores
+  // against the keys, a causal softmax per row (keys a row may not see get weight 0), the
+  // weighted sum of the values; each key and value is read once for the group. The (sequence,
+  // query block, kv head) triples are split across the pool. With keep_probs (one sequence only) the
   // probabilities are also left in s.probs [heads * rows, length] for an observer.
   void attend(std::span<const SequenceRows<T>> seqs, size_t layer, AttentionScratch<T>& s, kernels::Workspace& work,
               bool keep_probs = false) const {
     const Index group = heads_ / kv_heads_;
     const T scale = T(1) / std::sqrt(static_cast<T>(head_dim_));
     if (keep_probs) s.probs.setZero(heads_ * seqs[0].rows, seqs[0].length());
-    const Index tasks = static_cast<Index>(seqs.size()) * heads_;
+    Index blocks = 0;  // of queries, in the longest sequence of the step
+    for (const SequenceRows<T>& seq : seqs) blocks = std::max(blocks, (seq.rows + s.query_block - 1) / s.query_block);
+    const Index per_seq = kv_heads_ * blocks;
+    const Index tasks = static_cast<Index>(seqs.size()) * per_seq;
     work.parallel_for_indexed(tasks, 1, [&](Index first_task, Index last_task, int thread) {
       for (Index task = first_task; task < last_task; ++task) {
-        const SequenceRows<T>& seq = seqs[static_cast<size_t>(task / heads_)];
-        const Index h = task % heads_;
-        const auto keys = seq.cache->keys(layer, h / group, seq.length());
-        const auto values = seq.cache->values(layer, h / group, seq.length());
-        for (Index i0 = 0; i0 < seq.rows; i0 += s.query_block) {
-          const Index m = std::min(s.query_block, seq.rows - i0);
-          const Index reach = seq.start + i0 + m;  // the block's last query sees [0, reach)
-          auto scores = s.scores.block(thread * s.query_block, 0, m, reach);
-          work.attend_head(kernels::HeadAttention<T>{
-              .q = &s.q(seq.first_row + i0, h * head_dim_),
-              .q_stride = s.q.outerStride(),
-              .m = m,
-              .first_visible = seq.start + i0 + 1,  // causal: row i sees positions [0, start + i0 + i + 1)
-              .keys = keys.data(),
-              .values = values.data(),
-              .head_dim = head_dim_,
-              .scale = scale,
-              .scores = scores.data(),
-              .scores_stride = scores.outerStride(),
-              .out = &s.out(seq.first_row + i0, h * head_dim_),
-              .out_stride = s.out.outerStride(),
-          });
-          if (keep_probs) s.probs.block(h * seq.rows + i0, 0, m, reach) = scores;
+        const SequenceRows<T>& seq = seqs[static_cast<size_t>(task / per_seq)];
+        const Index kv = task % kv_heads_, h0 = kv * group, i0 = task % per_seq / kv_heads_ * s.query_block;
+        if (i0 >= seq.rows) continue;  // a shorter sequence than the longest
+        const auto keys = seq.cache->keys(layer, kv, seq.length());
+        const auto values = seq.cache->values(layer, kv, seq.length());
+        const Index m = std::min(s.query_block, seq.rows - i0);
+        const Index reach = seq.start + i0 + m;  // the block's last query sees [0, reach)
+        auto scores = s.scores.block(thread * group * s.query_block, 0, group * m, reach);
+        work.attend_heads(kernels::HeadAttention<T>{
+            .q = &s.q(seq.first_row + i0, h0 * head_dim_),
+            .q_stride = s.q.outerStride(),
+            .m = m,
+            .heads = group,
+            .first_visible = seq.start + i0 + 1,  // causal: row i sees positions [0, start + i0 + i + 1)
+            .keys = keys.data(),
+            .values = values.data(),
+            .head_dim = head_dim_,
+            .scale = scale,
+            .scores = scores.data(),
+            .scores_stride = scores.outerStride(),
+            .out = &s.out(seq.first_row + i0, h0 * head_dim_),
+            .out_stride = s.out.outerStride(),
+        });
+        if (keep_probs) {
+          for (Index g = 0; g < group; ++g) s.probs.block((h0 + g) * seq.rows + i0, 0, m, reach) = scores.middleRows(g * m, m);
         }
       }
     });

@@ -84,9 +84,9 @@ struct Workspace {
     else kernels::silu_mul(g, u, n);
   }
   template <class T>
-  void attend_head(const HeadAttention<T>& a) const {
-    if constexpr (std::is_same_v<T, float>) kernels->attend_head(a);
-    else kernels::attend_head(a);
+  void attend_heads(const HeadAttention<T>& a) const {
+    if constexpr (std::is_same_v<T, float>) kernels->attend_heads(a);
+    else kernels::attend_heads(a);
   }
   template <class Body>
   void parallel_for(Index count, Index grain, Body&& body) {

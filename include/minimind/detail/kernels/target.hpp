@@ -70,7 +70,7 @@ constexpr decltype(Kernels::gemm_min_rows) gemm_min_rows_table(FormatList<Fs...>
 
 inline constexpr Kernels kKernels{MINIMIND_STRINGIFY(MINIMIND_TARGET), matvecs(Formats{}), gemm_min_rows_table(Formats{}),
                                   &q8::MINIMIND_TARGET::quantize_activations, &gemm_each,
-                                  &silu_mul, &attend_head};
+                                  &silu_mul, &attend_heads};
 
 }  // namespace minimind::kernels::MINIMIND_TARGET
 

@@ -68,7 +68,7 @@ struct Kernels {
                     GemmScratch& scratch, ThreadPool* pool);
   // The float work beside the products (ops.hpp).
   void (*silu_mul)(float* g, const float* u, Index n);
-  void (*attend_head)(const HeadAttention<float>& a);
+  void (*attend_heads)(const HeadAttention<float>& a);
 
   template <class F>
   Matvec<F> matvec() const {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <utility>
 
 using namespace minimind;
@@ -152,6 +153,26 @@ TEST_CASE("F32, F16 and BF16 tensors are viewed in the mapped file; the model us
   }
   const auto model = gguf_model(open_committed("mm3-dense-f32.gguf"));
   CHECK(model.model.embed_tokens.weight().is_view());
+}
+
+TEST_CASE("a file's tensor data is moved onto a cache line, wherever its data section starts, and keeps its values") {
+  const auto dir = scratch_dir("gguf_alignment");
+  const std::vector<int32_t> ids{1, 3, 4};
+  std::string plain = GgufBuilder::tiny_llama().build();
+  const MatrixRM<float> expected = gguf_model(io::gguf::File::parse(as_bytes(plain), "tiny.gguf", nullptr)).forward(ids);
+  std::set<uint64_t> starts;  // the data sections' offsets in the files, modulo a line
+  for (size_t pad = 0; pad < 64; pad += 8) {
+    CAPTURE(pad);
+    const auto path = dir / "tiny.gguf";
+    write_file(path, GgufBuilder::tiny_llama().kv_str("test.padding", std::string(pad, 'x')).build());
+    const auto file = io::gguf::File::open(path);
+    starts.insert(file.data_offset() % 64);
+    const auto& first = file.tensors().front();
+    REQUIRE(first.offset == 0);
+    CHECK(reinterpret_cast<uintptr_t>(file.tensor_data(first).data()) % 64 == 0);
+    CHECK(max_abs_diff(gguf_model(file).forward(ids), expected) == 0);
+  }
+  CHECK(starts == std::set<uint64_t>{0, 32});  // both: the files the test wrote needed the move and did not
 }
 
 TEST_CASE("Q8_0 and Q4_0 values are within one quantization step of the source weights") {

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <set>
+#include <string>
 
 #if defined(__GNUC__) && !defined(__clang__)
 // The replacement operator new below allocates with malloc, so free is the matching release.
@@ -54,6 +56,23 @@ TEST_CASE("a valid file parses into named, shaped views") {
   CHECK(a.bytes.size() == 24);
   CHECK(b.dtype == io::Dtype::F16);
   CHECK(b.numel() == 4);
+}
+
+TEST_CASE("a file's tensor data is moved onto a cache line, whatever the header's length, and keeps its bytes") {
+  const auto dir = scratch_dir("safetensors_alignment");
+  const std::string values = f32_bytes({1.5f, -2.0f, 3.25f, 0.125f});
+  std::set<size_t> starts;
+  for (size_t name_length = 1; name_length <= 64; ++name_length) {  // header lengths at every multiple of 8 modulo 64
+    CAPTURE(name_length);
+    const std::string image = safetensors_image({{std::string(name_length, 'w'), {4}, "F32", values}});
+    starts.insert((image.size() - values.size()) % 64);
+    write_file(dir / "model.safetensors", image);
+    const io::TensorTable table = io::read_safetensors(dir / "model.safetensors");
+    const auto& t = table.require(std::string(name_length, 'w'));
+    CHECK(reinterpret_cast<uintptr_t>(t.bytes.data()) % 64 == 0);
+    CHECK(std::string(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size()) == values);
+  }
+  CHECK(starts.size() == 8);
 }
 
 TEST_CASE("zero-sized tensors are allowed") {

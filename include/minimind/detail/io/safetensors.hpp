@@ -53,14 +53,20 @@ struct TensorRef {
   }
 };
 
+// The JSON header's length: the file's first 8 bytes, little-endian (the caller checks there are 8).
+inline uint64_t safetensors_header_length(std::span<const std::byte> file) {
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | std::to_integer<uint64_t>(file[static_cast<size_t>(i)]);
+  return header_len;
+}
+
 // Parses a safetensors image already in memory; `source` names it in errors.
 inline std::vector<TensorRef> parse_safetensors(std::span<std::byte> file, const std::string& source) {
   if (file.size() < 8) {
     throw Error(source + ": file is " + std::to_string(file.size()) +
                 " bytes, too short for a safetensors header length");
   }
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | std::to_integer<uint64_t>(file[i]);
+  const uint64_t header_len = safetensors_header_length(file);
   if (header_len > file.size() - 8) {
     throw Error(source + ": header length " + std::to_string(header_len) + " exceeds the file size " +
                 std::to_string(file.size()));
@@ -149,6 +155,8 @@ inline std::vector<TensorRef> parse_safetensors(std::span<std::byte> file, const
 class TensorTable {
  public:
   void add_file(std::shared_ptr<LoadedFile> file) {
+    // The tensor data onto a cache line (LoadedFile::align_at), before the spans are taken.
+    if (file->size() >= 8) file->align_at(8 + safetensors_header_length(file->bytes()));
     for (auto& t : parse_safetensors(file->bytes(), file->path().string())) {
       std::string name = t.name;
       t.owner = file;

@@ -82,9 +82,13 @@ struct CpuFeatures {
 // minimind-bench -p 0 -n 64 (2 runs, random weights of both shapes, 1 and 2 threads) on an Intel
 // Xeon with AVX-512 F/BW/VL/VNNI/BF16/FP16 (Sapphire Rapids class): 2 KiB ahead against none, f32
 // 1.15-1.3x, bf16 1.1-1.5x, q8 1.1-1.9x (1 KiB gained less; 3 KiB about the same, f32 at 2 threads
-// less). On an AMD Zen 5 software prefetch slowed the stream (bf16 from DRAM 22-25 GB/s without,
-// 14-17 with 1 KiB; q8 decoded 1.21x as fast without), so AMD CPUs leave it to the hardware.
-// An address past the matrix is harmless: a prefetch never faults.
+// less). The same on an AMD Zen 5 (family 0x1A, 512-bit FMAs at twice the rate of 256-bit ones),
+// minimind-bench -p 0 -n 128, 1 thread, 2 KiB against none: bf16 1.1-1.2x, q8 1.05-1.1x,
+// minimind2-small f32 1.05-1.3x, minimind-3 f32 0.9-0.97x (at 2 threads 1.1x). On the earlier AMD
+// host (zmm FMAs at about the ymm rate, so Zen 4 class) software prefetch slowed the stream (bf16
+// from DRAM 22-25 GB/s without, 14-17 with 1 KiB; q8 decoded 1.21x as fast without), so AMD CPUs
+// before family 0x1A leave it to the hardware. An address past the matrix is harmless: a prefetch
+// never faults.
 inline constexpr uintptr_t kDecodePrefetchAhead = 2048;
 
 #if defined(__x86_64__)
@@ -110,10 +114,18 @@ inline bool cpu_is_amd() {
   return __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;
 }
 
+// The CPU's family from cpuid leaf 1: the base family, plus the extended one when the base is 0xF.
+inline unsigned cpu_family() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  const unsigned base = a >> 8 & 0xF;
+  return base == 0xF ? base + (a >> 20 & 0xFF) : base;
+}
+
 // The AVX-512 decode kernels' prefetch distance on this CPU (kDecodePrefetchAhead), 0 for none;
 // decided once.
 inline uintptr_t decode_prefetch_ahead() {
-  static const uintptr_t ahead = cpu_is_amd() ? 0 : kDecodePrefetchAhead;
+  static const uintptr_t ahead = cpu_is_amd() && cpu_family() < 0x1A ? 0 : kDecodePrefetchAhead;
   return ahead;
 }
 #endif

@@ -278,13 +278,26 @@ TEST_CASE("random models: bf16 and q8 logits stay near f32; the tied matrix is o
   CHECK(q8.weight_bytes() < f32.weight_bytes() / 3);
 }
 
+namespace {
+// Whether this CPU's AVX-512 bf16 decode widens by zero-extension (simd.hpp).
+bool bf16_decode_extended() {
+#if MINIMIND_HAS_AVX512
+  return kernels::decode_bf16_extended();
+#else
+  return false;
+#endif
+}
+}  // namespace
+
 TEST_CASE("linear(): below the GEMM a position gets bit for bit the same in any batch, and what it gets alone, on every target") {
   for (const kernels::Kernels* k : runnable_targets()) {
     CAPTURE(k->name);
     for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
       // f32 on AVX-512 multiplies a batch in register tiles, one FMA chain per product, and one
-      // position alone in four chains: there the two differ by rounding.
-      const bool tiled = format == WeightFormat::F32 && std::string_view(k->name) == "avx512";
+      // position alone in four chains: there the two differ by rounding. So does bf16 where its
+      // decode widens by zero-extension (the tiles keep pair order).
+      const bool tiled = (format == WeightFormat::F32 || (format == WeightFormat::BF16 && bf16_decode_extended())) &&
+                         std::string_view(k->name) == "avx512";
       kernels::ThreadPool pool(2);
       kernels::Workspace work;
       work.pool = &pool;
@@ -526,7 +539,7 @@ TEST_CASE("decode kernels of every target this CPU runs match the references on 
 }
 
 #if MINIMIND_HAS_AVX512
-TEST_CASE("AVX-512 decode products: asking for the weights ahead (decode_prefetch_ahead) changes no bit") {
+TEST_CASE("AVX-512 decode products: asking for the weights ahead (decode_prefetch_ahead) changes no bit; both bf16 widenings") {
   if (!kernels::x86_features().avx512) {
     MESSAGE("skipped: this CPU has no AVX-512");
     return;
@@ -546,10 +559,18 @@ TEST_CASE("AVX-512 decode products: asking for the weights ahead (decode_prefetc
     const Weight<float> b = Weight<float>::owned(m).to_format(WeightFormat::BF16);
     std::vector<float> x_pairs(static_cast<size_t>(cols));
     kernels::bf16::to_pair_order(x.data(), cols, x_pairs.data());
+    // Both ways of widening (decode_bf16_extended picks one per CPU), against the reference.
+    MESSAGE("bf16 decode on this CPU: " << std::string(kernels::decode_bf16_extended() ? "zero-extended" : "pair order"));
     for (Index r = 0; r < rows; ++r) {
       const uint16_t* w = b.bf16_data() + r * cols;
-      CHECK(kernels::bf16::avx512::dot(w, x.data(), x_pairs.data(), cols, kAhead) ==
-            kernels::bf16::avx512::dot(w, x.data(), x_pairs.data(), cols, 0));
+      float ref = 0;
+      kernels::bf16::matvec_reference(w, cols, x.data(), &ref, 0, 1);
+      const float pairs = kernels::bf16::avx512::dot(w, x.data(), x_pairs.data(), cols, kAhead);
+      const float extended = kernels::bf16::avx512::dot_extended(w, x.data(), cols, kAhead);
+      CHECK(pairs == kernels::bf16::avx512::dot(w, x.data(), x_pairs.data(), cols, 0));
+      CHECK(extended == kernels::bf16::avx512::dot_extended(w, x.data(), cols, 0));
+      CHECK(pairs == doctest::Approx(ref).epsilon(1e-5).scale(1));
+      CHECK(extended == doctest::Approx(ref).epsilon(1e-5).scale(1));
     }
     const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
     const Index blocks = kernels::q8::blocks_for(cols);

@@ -132,6 +132,12 @@ inline float dot(const uint16_t* w, const float* x, const float* xp, Index cols,
   return S::sum(S::add(a0, a1));
 }
 
+// sum_c float(w[c]) x[c], the weights widened 16 at a time by zero-extension into the top half,
+// four chains (simd::dot; decode_bf16_extended says when).
+inline float dot_extended(const uint16_t* w, const float* x, Index cols, uintptr_t ahead) {
+  return simd::dot<simd::Avx512, 1>(w, x, cols, [](uint16_t v) { return to_float(v); }, ahead);
+}
+
 // Rows w_r = w + r * cols (r < R) against positions p < P in a register tile, as f32's dot_tile:
 // y[p * y_stride + r] = w_r . x_p, each (row, position) summed exactly as dot() sums it (even and
 // odd chains, the tail in the even one), so a sequence gets bit for bit the same in any batch as
@@ -224,6 +230,12 @@ namespace minimind::kernels::MINIMIND_TARGET {
 inline void matvec(const bf16::View& w, const DecodeInput& in, float* y, Index begin, Index end) {
 #if MINIMIND_AVX2
   const uintptr_t ahead = decode_ahead(1024);
+#endif
+#if MINIMIND_AVX512
+  if (decode_bf16_extended()) {
+    for (Index r = begin; r < end; ++r) y[r] = bf16::MINIMIND_TARGET::dot_extended(w.data + r * w.cols, in.x, w.cols, ahead);
+    return;
+  }
 #endif
   for (Index r = begin; r < end; ++r) {
 #if MINIMIND_AVX2

@@ -128,6 +128,16 @@ inline uintptr_t decode_prefetch_ahead() {
   static const uintptr_t ahead = cpu_is_amd() && cpu_family() < 0x1A ? 0 : kDecodePrefetchAhead;
   return ahead;
 }
+
+// Whether the AVX-512 bf16 decode widens its weights by zero-extension (16 a vector, vpmovzxwd and
+// a shift: bf16::dot_extended) rather than in pair order (32 a vector, a shift and a mask:
+// bf16::dot); decided once. On an AMD Zen 5 (family 0x1A) a standalone 48 MB stream of 1 KiB rows
+// ran at 36-40 GB/s extended against 18-23 in pair order; on the earlier AMD host (Zen 4 class)
+// it was the other way round (18.5 against 24.5), and the Intel Xeon measured pair order.
+inline bool decode_bf16_extended() {
+  static const bool extended = cpu_is_amd() && cpu_family() >= 0x1A;
+  return extended;
+}
 #endif
 
 }  // namespace minimind::kernels

@@ -122,6 +122,15 @@ TEST_CASE("GGUF files written by llama.cpp's gguf-py and llama-quantize give the
 TEST_CASE("llama's q/k row permutation is undone exactly") {
   const auto gguf = open_committed("mm2-dense-f32.gguf");
   const io::TensorTable table = io::gguf::tensor_table(gguf);
+  // The rows are written into new buffers, each on a cache line (a heap buffer lies 16 bytes off
+  // one as often as not, and every load of the decode kernels then straddles two).
+  const Config config = Config::from_json(io::gguf::config_json(gguf), &table, gguf.source());
+  for (int layer = 0; layer < config.num_hidden_layers; ++layer) {
+    for (const std::string proj : {"q_proj", "k_proj"}) {
+      const auto& t = table.require("model.layers." + std::to_string(layer) + ".self_attn." + proj + ".weight");
+      CHECK(reinterpret_cast<uintptr_t>(t.bytes.data()) % kCacheLine == 0);
+    }
+  }
   const io::TensorTable hf = io::read_safetensors_checkpoint(data_dir() / "golden" / "mm2-dense-f32");
   for (const std::string proj : {"q_proj", "k_proj"}) {
     const std::string name = "model.layers.1.self_attn." + proj + ".weight";
@@ -196,6 +205,7 @@ TEST_CASE("Q8_0 and Q4_0 values are within one quantization step of the source w
       const auto target = io::gguf::detail::map_name(info.name, true);
       if (info.type != (q8 ? 8u : 2u) || !target || target->permute != io::gguf::detail::Target::Permute::None) continue;
       const float* got = reinterpret_cast<const float*>(table.require(target->name).bytes.data());
+      CHECK(reinterpret_cast<uintptr_t>(got) % kCacheLine == 0);  // dequantized onto a cache line
       const float* want = reinterpret_cast<const float*>(ref.require(target->name).bytes.data());
       const std::byte* blocks = gguf.tensor_data(info).data();
       const size_t block_bytes = q8 ? 34 : 18;

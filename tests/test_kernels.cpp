@@ -326,6 +326,34 @@ TEST_CASE("linear(): below the GEMM a position gets bit for bit the same in any 
   }
 }
 
+TEST_CASE("decode inputs: several positions are read from rows on cache lines, whatever rows the caller has") {
+  kernels::Workspace work;
+  const Index cols = 40, n = 3;
+  LineVector<float> buffer(static_cast<size_t>(n * 64 + 16));
+  for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<float>(i);
+  const auto on_line = [](const float* p, Index stride) {
+    return reinterpret_cast<uintptr_t>(p) % kCacheLine == 0 && (stride * sizeof(float)) % kCacheLine == 0;
+  };
+  const kernels::Workspace::Needs plain;
+  // Rows 4 floats off a line, then rows 41 apart: each is copied onto a line of its own.
+  for (const auto& [x, stride] : {std::pair{buffer.data() + 4, Index{64}}, std::pair{buffer.data(), Index{41}}}) {
+    const auto [read, read_stride] = work.prepare(x, stride, n, cols, plain);
+    CHECK(on_line(read, read_stride));
+    for (Index i = 0; i < n; ++i) CHECK(std::equal(x + i * stride, x + i * stride + cols, read + i * read_stride));
+  }
+  // Rows already on lines, and one position alone (it streams the weights; x stays in L1): as they are.
+  CHECK(work.prepare(buffer.data(), 64, n, cols, plain) == std::pair<const float*, Index>{buffer.data(), 64});
+  CHECK(work.prepare(buffer.data() + 4, 64, 1, cols, plain) == std::pair<const float*, Index>{buffer.data() + 4, 64});
+  // Through linear(): the same bits from rows off their lines as from a copy on them.
+  const Weight<float> w = Weight<float>::owned(random_matrix(30, cols, 43, 0.1f));
+  const MatrixRM<float> x = random_matrix(n, cols, 44);
+  MatrixRM<float> wide = MatrixRM<float>::Zero(n, cols + 1), y(n, 30), y_off(n, 30);
+  wide.leftCols(cols) = x;
+  kernels::linear(x, w, y, work);
+  kernels::linear(wide.leftCols(cols), w, y_off, work);
+  CHECK((y.array() == y_off.array()).all());
+}
+
 TEST_CASE("linear_each(): several weights of one input give what one linear() each gives, on every target") {
   // Decode (below Kernels::gemm_from: 13 positions, 32 for f32 on AVX-512) and prefill
   // (gemm_each: one pack, the rows of all three in one dispatch, here 130 rows = 3 chunks of 48,

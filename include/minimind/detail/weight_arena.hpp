@@ -8,6 +8,7 @@
 // The kernel may decline huge pages (THP disabled): the memory is then ordinary pages. Under
 // AddressSanitizer each piece is a separate allocation instead, so reads past a weight's end are
 // caught rather than landing in its neighbour. Under emscripten the blocks come from the heap.
+#include "minimind/detail/line_aligned.hpp"
 #include "minimind/error.hpp"
 
 #include <sys/mman.h>
@@ -35,7 +36,6 @@
 namespace minimind {
 
 inline constexpr size_t kHugePage = size_t{2} << 20;
-inline constexpr size_t kCacheLine = 64;
 
 // `size` bytes of zeroed memory starting on a 2 MiB boundary, marked for transparent huge pages:
 // an anonymous mapping 2 MiB larger, with the unaligned head and the tail unmapped.

@@ -11,6 +11,7 @@
 // owned F32 buffers.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/gguf.hpp"
+#include "minimind/detail/line_aligned.hpp"
 #include "minimind/detail/io/json.hpp"
 #include "minimind/detail/io/safetensors.hpp"
 #include "minimind/detail/tokenizer/unicode.hpp"
@@ -128,7 +129,7 @@ inline TensorTable tensor_table(const File& f) {
       case static_cast<uint32_t>(GgmlType::BF16): dtype = Dtype::BF16; break;
       case static_cast<uint32_t>(GgmlType::Q8_0):
       case static_cast<uint32_t>(GgmlType::Q4_0): {
-        auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(info.numel()));
+        auto values = std::make_shared<LineVector<float>>(static_cast<size_t>(info.numel()));
         if (info.type == static_cast<uint32_t>(GgmlType::Q8_0)) dequantize_q8_0(bytes.data(), info.numel(), values->data());
         else dequantize_q4_0(bytes.data(), info.numel(), values->data());
         bytes = std::span<std::byte>(reinterpret_cast<std::byte*>(values->data()), values->size() * sizeof(float));
@@ -147,7 +148,7 @@ inline TensorTable tensor_table(const File& f) {
                     " heads of an even size, so llama's q/k permutation cannot be undone");
       }
       const size_t row_bytes = bytes.size() / rows, per_head = rows / static_cast<size_t>(n_head);
-      auto out = std::make_shared<std::vector<std::byte>>(bytes.size());
+      auto out = std::make_shared<LineVector<std::byte>>(bytes.size());
       for (size_t r = 0; r < rows; ++r) {
         std::memcpy(out->data() + r * row_bytes, bytes.data() + detail::unpermuted_source_row(r, per_head) * row_bytes, row_bytes);
       }

@@ -9,6 +9,7 @@
 #include "minimind/detail/io/pickle.hpp"
 #include "minimind/detail/io/safetensors.hpp"
 #include "minimind/detail/io/zip.hpp"
+#include "minimind/detail/line_aligned.hpp"
 
 #include <cstring>
 #include <filesystem>
@@ -84,7 +85,7 @@ inline void place_tensor(TensorRef& t, const pickle::TensorRecord& rec, std::spa
     t.bytes = storage.subspan(static_cast<size_t>(offset * es), static_cast<size_t>(numel * es));
     return;
   }
-  auto buffer = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(numel * es));
+  auto buffer = std::make_shared<LineVector<std::byte>>(static_cast<size_t>(numel * es));
   std::vector<int64_t> index(rec.size.size(), 0);
   for (uint64_t i = 0; i < numel; ++i) {
     int64_t src = rec.storage_offset;

@@ -22,6 +22,7 @@
 #include "minimind/detail/kernels/simd.hpp"
 #include "minimind/detail/kernels/thread_pool.hpp"
 #include "minimind/detail/kernels/weight.hpp"
+#include "minimind/detail/line_aligned.hpp"
 #include "minimind/tensor.hpp"
 
 #include <Eigen/Core>
@@ -34,21 +35,8 @@
 
 namespace minimind::kernels {
 
-// Storage on 64-byte boundaries (a zmm vector, a cache line) whatever the build's flags: the
-// tiles load and store whole aligned vectors, and Eigen's aligned_allocator aligns only as much as
-// the build's own vectors need (16 bytes for plain x86-64, below an AVX2 target's 32).
-template <class T>
-struct LineAligned {
-  using value_type = T;
-  static constexpr std::align_val_t kAlignment{64};
-  LineAligned() = default;
-  template <class U>
-  LineAligned(const LineAligned<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
-  void deallocate(T* p, size_t) { ::operator delete(p, kAlignment); }
-  friend bool operator==(const LineAligned&, const LineAligned&) { return true; }
-};
-using AlignedFloats = std::vector<float, LineAligned<float>>;
+// The tiles load and store whole aligned vectors.
+using AlignedFloats = LineVector<float>;
 
 struct GemmScratch {
   AlignedFloats xp;                 // X packed in panels of kPanel positions
@@ -333,14 +321,18 @@ inline void transpose8(const float* src, Index src_stride, float* dst, Index dst
 inline void pack_panel(const float* x, Index x_stride, Index n, Index cols, Index p, float* xp) {
   float* dst = xp + p * cols * kPanel;
   const Index first = p * kPanel;
+  // Whole groups of 8 positions by transposition (a batch's decode step often fills part of a
+  // panel), the rest one value at a time, zero past n.
+  const Index whole = std::clamp<Index>((n - first) / 8 * 8, 0, kPanel);
   Index k = 0;
-  if (first + kPanel <= n) {
-    for (; k + 8 <= cols; k += 8) {
-      for (Index j = 0; j < kPanel; j += 8) transpose8(x + (first + j) * x_stride + k, x_stride, dst + k * kPanel + j, kPanel);
-    }
+  for (; k + 8 <= cols; k += 8) {
+    for (Index j = 0; j < whole; j += 8) transpose8(x + (first + j) * x_stride + k, x_stride, dst + k * kPanel + j, kPanel);
   }
-  for (; k < cols; ++k) {
-    for (Index j = 0; j < kPanel; ++j) dst[k * kPanel + j] = first + j < n ? x[(first + j) * x_stride + k] : 0.0f;
+  const Index valid = std::clamp<Index>(n - first, 0, kPanel);
+  for (Index c = 0; c < cols; ++c) {
+    float* to = dst + c * kPanel;
+    for (Index j = c < k ? whole : 0; j < valid; ++j) to[j] = x[(first + j) * x_stride + c];
+    std::fill(to + valid, to + kPanel, 0.0f);
   }
 }
 

@@ -16,8 +16,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace minimind::kernels {
@@ -26,9 +28,11 @@ namespace minimind::kernels {
 struct Workspace {
   ThreadPool* pool = nullptr;  // null: run on the calling thread
   const Kernels* kernels = &active();  // the target the products run on (tests try each)
-  std::vector<int16_t> xq;     // activations quantized for q8 [rows, blocks * 32]
-  std::vector<float> xd;       // their scales [rows, blocks]
-  std::vector<float> x_pairs;  // activations in bf16's pair order [rows, cols]
+  // The decode kernels' inputs besides x; rows of cols a multiple of 16 start on cache lines.
+  LineVector<int16_t> xq;  // activations quantized for q8 [rows, blocks * 32]
+  std::vector<float> xd;   // their scales [rows, blocks]
+  AlignedFloats x_pairs;   // activations in bf16's pair order [rows, cols]
+  AlignedFloats x_lines;   // x copied onto cache lines [rows, line_floats(cols)]
   GemmScratch gemm;
 
   int threads() const { return pool ? pool->size() : 1; }
@@ -51,10 +55,21 @@ struct Workspace {
     }
     Needs operator|(Needs o) const { return {quantized || o.quantized, paired || o.paired}; }
   };
+  // Floats in a row of x_lines: whole cache lines.
+  static Index line_floats(Index cols) { return (cols + 15) / 16 * 16; }
   // x [n, cols] (rows x_stride apart) made into what `needs` says, once for all the rows of a
-  // product; inputs() then gives position i's.
-  void prepare(const float* x, Index x_stride, Index n, Index cols, Needs needs) {
-    if (!needs.quantized && !needs.paired) return;
+  // product; inputs() then gives position i's. Returns where the kernels read x: x itself, or,
+  // for several positions whose rows do not start on cache lines (Eigen aligns to what the
+  // build's own vectors need), a copy that does: a register tile's loads of x would each straddle
+  // two lines (one core of a Zen 5, 16 positions against a matrix from DRAM: 56 against 109 GFLOP/s).
+  std::pair<const float*, Index> prepare(const float* x, Index x_stride, Index n, Index cols, Needs needs) {
+    if (n > 1 && (reinterpret_cast<uintptr_t>(x) % kCacheLine != 0 || (x_stride * sizeof(float)) % kCacheLine != 0)) {
+      const Index stride = line_floats(cols);
+      if (x_lines.size() < static_cast<size_t>(n * stride)) x_lines.resize(static_cast<size_t>(n * stride));
+      for (Index i = 0; i < n; ++i) std::copy_n(x + i * x_stride, cols, x_lines.data() + i * stride);
+      x = x_lines.data(), x_stride = stride;
+    }
+    if (!needs.quantized && !needs.paired) return {x, x_stride};
     reserve_inputs(n, cols);
     const Index blocks = q8::blocks_for(cols);
     for (Index i = 0; i < n; ++i) {
@@ -63,6 +78,7 @@ struct Workspace {
       }
       if (needs.paired) bf16::to_pair_order(x + i * x_stride, cols, x_pairs.data() + i * cols);
     }
+    return {x, x_stride};
   }
   // The inputs of positions [0, n), n < kernels->gemm_from(F::id), for format F (after prepare() for F).
   template <class F>
@@ -119,8 +135,8 @@ void linear(const In& x, const Weight<T>& w, Out&& out, Workspace& ws) {
     with_format(w.format(), [&]<class F>() {
       const typename F::View v = w.template format_view<F>();
       const Matvec<F> matvec = ws.kernels->template matvec<F>();
-      ws.prepare(xp, xs, n, cols, Workspace::Needs::of<F>());
-      const auto in = ws.inputs<F>(xp, xs, cols, n);
+      const auto [x_in, x_in_stride] = ws.prepare(xp, xs, n, cols, Workspace::Needs::of<F>());
+      const auto in = ws.inputs<F>(x_in, x_in_stride, cols, n);
       ws.parallel_for(rows, kDecodeGrain, [&](Index begin, Index end) {
         matvec(v, {in.data(), static_cast<size_t>(n)}, yp, ys, begin, end);
       });
@@ -151,9 +167,7 @@ void linear_each(const In& x, Workspace& ws, std::tuple<const Weight<T>&, Outs&>
         total += part.w->rows();
         needs = needs | Workspace::Needs::of(part.w->format());
       }
-      const float* xp = x.data();
-      const Index xs = x.outerStride();
-      ws.prepare(xp, xs, n, cols, needs);
+      const auto [xp, xs] = ws.prepare(x.data(), x.outerStride(), n, cols, needs);
       ws.parallel_for(total, kDecodeGrain, [&](Index begin, Index end) {
         for (const auto& part : parts) {
           const Index b = std::max(begin, part.first) - part.first;

@@ -394,8 +394,12 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
     float* rounded = scratch.rounded.data();
     for (Index i = 0; i < n; ++i) {
       q8::MINIMIND_TARGET::quantize_activations(x + i * x_stride, cols, scratch.xq.data(), scratch.xd.data());
-      for (Index c = 0; c < cols; ++c) {
-        rounded[i * cols + c] = scratch.xd[static_cast<size_t>(c / q8::kBlock)] * scratch.xq[static_cast<size_t>(c)];
+      float* row = rounded + i * cols;
+      for (Index b = 0; b < blocks; ++b) {  // block by block, so the loop vectorizes
+        const float d = scratch.xd[static_cast<size_t>(b)];
+        const int16_t* q = scratch.xq.data() + b * q8::kBlock;
+        const Index width = std::min(q8::kBlock, cols - b * q8::kBlock);
+        for (Index c = 0; c < width; ++c) row[b * q8::kBlock + c] = d * q[c];
       }
     }
     x = rounded;

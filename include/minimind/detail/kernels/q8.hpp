@@ -18,6 +18,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -203,8 +204,10 @@ inline void quantize_activations(const float* x, Index cols, int16_t* q, float* 
     const Index begin = b * kBlock, end = std::min(cols, begin + kBlock);
     // A non-finite activation (extreme weights overflow) makes the block's scale NaN, so the
     // product comes out NaN as in f32; converting NaN to an integer would be undefined behaviour.
-    bool finite = true;
-    for (Index c = begin; c < end; ++c) finite &= std::isfinite(x[c]);
+    // (On the exponent bits, so the loop vectorizes: a non-finite float has them all set.)
+    uint32_t non_finite = 0;
+    for (Index c = begin; c < end; ++c) non_finite |= (std::bit_cast<uint32_t>(x[c]) & 0x7F800000u) == 0x7F800000u;
+    const bool finite = non_finite == 0;
     const float amax = finite ? block_amax(x, begin, end) : 0.0f;
     if (amax < kSmallest) {
       std::fill(q + begin, q + begin + kBlock, int16_t{0});

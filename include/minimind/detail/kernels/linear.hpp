@@ -167,7 +167,10 @@ void linear_each(const In& x, Workspace& ws, std::tuple<const Weight<T>&, Outs&>
         total += part.w->rows();
         needs = needs | Workspace::Needs::of(part.w->format());
       }
-      const auto [xp, xs] = ws.prepare(x.data(), x.outerStride(), n, cols, needs);
+      // (Not a structured binding: clang before 16 cannot capture one in the lambda below.)
+      const std::pair<const float*, Index> input = ws.prepare(x.data(), x.outerStride(), n, cols, needs);
+      const float* xp = input.first;
+      const Index xs = input.second;
       ws.parallel_for(total, kDecodeGrain, [&](Index begin, Index end) {
         for (const auto& part : parts) {
           const Index b = std::max(begin, part.first) - part.first;

@@ -18,7 +18,6 @@
 #include <Eigen/Core>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -206,7 +205,7 @@ inline void quantize_activations(const float* x, Index cols, int16_t* q, float* 
     // product comes out NaN as in f32; converting NaN to an integer would be undefined behaviour.
     // (On the exponent bits, so the loop vectorizes: a non-finite float has them all set.)
     uint32_t non_finite = 0;
-    for (Index c = begin; c < end; ++c) non_finite |= (std::bit_cast<uint32_t>(x[c]) & 0x7F800000u) == 0x7F800000u;
+    for (Index c = begin; c < end; ++c) non_finite |= (Eigen::numext::bit_cast<uint32_t>(x[c]) & 0x7F800000u) == 0x7F800000u;
     const bool finite = non_finite == 0;
     const float amax = finite ? block_amax(x, begin, end) : 0.0f;
     if (amax < kSmallest) {

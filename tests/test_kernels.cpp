@@ -334,7 +334,7 @@ TEST_CASE("decode inputs: several positions are read from rows on cache lines, w
   const auto on_line = [](const float* p, Index stride) {
     return reinterpret_cast<uintptr_t>(p) % kCacheLine == 0 && (stride * sizeof(float)) % kCacheLine == 0;
   };
-  const kernels::Workspace::Needs plain;
+  const auto plain = kernels::Workspace::Needs::of<kernels::f32::Format>();
   // Rows 4 floats off a line, then rows 41 apart: each is copied onto a line of its own.
   for (const auto& [x, stride] : {std::pair{buffer.data() + 4, Index{64}}, std::pair{buffer.data(), Index{41}}}) {
     const auto [read, read_stride] = work.prepare(x, stride, n, cols, plain);
@@ -344,6 +344,9 @@ TEST_CASE("decode inputs: several positions are read from rows on cache lines, w
   // Rows already on lines, and one position alone (it streams the weights; x stays in L1): as they are.
   CHECK(work.prepare(buffer.data(), 64, n, cols, plain) == std::pair<const float*, Index>{buffer.data(), 64});
   CHECK(work.prepare(buffer.data() + 4, 64, 1, cols, plain) == std::pair<const float*, Index>{buffer.data() + 4, 64});
+  // Nor for formats that read only their own forms of x (q8's blocks): nothing to copy.
+  const auto quantized = kernels::Workspace::Needs::of<kernels::q8::Format>();
+  CHECK(work.prepare(buffer.data() + 4, 64, n, cols, quantized) == std::pair<const float*, Index>{buffer.data() + 4, 64});
   // Through linear(): the same bits from rows off their lines as from a copy on them.
   const Weight<float> w = Weight<float>::owned(random_matrix(30, cols, 43, 0.1f));
   const MatrixRM<float> x = random_matrix(n, cols, 44);

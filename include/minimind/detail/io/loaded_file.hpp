@@ -38,7 +38,7 @@ class LoadedFile {
     auto file = std::shared_ptr<LoadedFile>(new LoadedFile(path, static_cast<size_t>(st.st_size)));
     if (file->size_ > 0) {
       try {
-        file->block_ = huge_page_block(file->size_ + kLine);
+        file->block_ = huge_page_block(file->size_ + kCacheLine);
       } catch (const Error& e) {
         throw Error(path.string() + ": " + e.what());
       }
@@ -62,7 +62,7 @@ class LoadedFile {
   // Moves the bytes so that byte `offset` of the file starts a cache line; returns whether they
   // moved (spans taken before then point at the old place).
   bool align_at(size_t offset) {
-    auto* const line_start = static_cast<std::byte*>(block_.get()) + (kLine - offset % kLine) % kLine;
+    auto* const line_start = static_cast<std::byte*>(block_.get()) + (kCacheLine - offset % kCacheLine) % kCacheLine;
     if (size_ == 0 || data_ == line_start) return false;
     std::memmove(line_start, data_, size_);
     data_ = line_start;
@@ -75,7 +75,6 @@ class LoadedFile {
   const std::filesystem::path& path() const { return path_; }
 
  private:
-  static constexpr size_t kLine = 64;
   LoadedFile(std::filesystem::path path, size_t size) : path_(std::move(path)), size_(size) {}
   std::filesystem::path path_;
   std::shared_ptr<void> block_;

@@ -43,27 +43,28 @@ struct Workspace {
     if (xd.size() < blocks) xd.resize(blocks);
     if (x_pairs.size() < static_cast<size_t>(rows * cols)) x_pairs.resize(static_cast<size_t>(rows * cols));
   }
-  // What format F's decode product reads besides x.
+  // What format F's decode product reads: x itself (every format but the quantized-input ones),
+  // x quantized, x in pair order.
   struct Needs {
-    bool quantized = false, paired = false;
+    bool plain = false, quantized = false, paired = false;
     template <class F>
     static Needs of() {
-      return {F::kQuantizedInput, F::kPairedInput};
+      return {!F::kQuantizedInput, F::kQuantizedInput, F::kPairedInput};
     }
     static Needs of(WeightFormat format) {
       return with_format(format, []<class F>() { return of<F>(); });
     }
-    Needs operator|(Needs o) const { return {quantized || o.quantized, paired || o.paired}; }
+    Needs operator|(Needs o) const { return {plain || o.plain, quantized || o.quantized, paired || o.paired}; }
   };
   // Floats in a row of x_lines: whole cache lines.
   static Index line_floats(Index cols) { return (cols + 15) / 16 * 16; }
   // x [n, cols] (rows x_stride apart) made into what `needs` says, once for all the rows of a
   // product; inputs() then gives position i's. Returns where the kernels read x: x itself, or,
-  // for several positions whose rows do not start on cache lines (Eigen aligns to what the
+  // for several positions whose rows do not start on cache lines and a format that reads them (Eigen aligns to what the
   // build's own vectors need), a copy that does: a register tile's loads of x would each straddle
   // two lines (one core of a Zen 5, 16 positions against a matrix from DRAM: 56 against 109 GFLOP/s).
   std::pair<const float*, Index> prepare(const float* x, Index x_stride, Index n, Index cols, Needs needs) {
-    if (n > 1 && (reinterpret_cast<uintptr_t>(x) % kCacheLine != 0 || (x_stride * sizeof(float)) % kCacheLine != 0)) {
+    if (needs.plain && n > 1 && (reinterpret_cast<uintptr_t>(x) % kCacheLine != 0 || (x_stride * sizeof(float)) % kCacheLine != 0)) {
       const Index stride = line_floats(cols);
       if (x_lines.size() < static_cast<size_t>(n * stride)) x_lines.resize(static_cast<size_t>(n * stride));
       for (Index i = 0; i < n; ++i) std::copy_n(x + i * x_stride, cols, x_lines.data() + i * stride);

@@ -326,6 +326,39 @@ TEST_CASE("linear(): below the GEMM a position gets bit for bit the same in any 
   }
 }
 
+TEST_CASE("AVX-512 f32 decode tiles: each sum is one FMA chain per lane, then the lanes folded 8, 4, 2 and 1 apart, bit for bit") {
+  const auto targets = runnable_targets();
+  const auto avx512 = std::find_if(targets.begin(), targets.end(), [](const kernels::Kernels* k) { return std::string_view(k->name) == "avx512"; });
+  if (avx512 == targets.end()) {
+    MESSAGE("skipped: this CPU has no AVX-512");
+    return;
+  }
+  // What the register tiles (f32.hpp: dot_tile, simd.hpp: store_sums) compute, in scalar code.
+  auto tile_sum = [](const float* w, const float* x, Index cols) {
+    float lane[16] = {};
+    for (Index c = 0; c < cols; ++c) lane[c % 16] = std::fma(w[c], x[c], lane[c % 16]);
+    for (int half = 8; half >= 1; half /= 2)
+      for (int i = 0; i < half; ++i) lane[i] += lane[i + half];
+    return lane[0];
+  };
+  kernels::Workspace work;
+  work.kernels = *avx512;
+  for (Index cols : {16, 45, 512}) {
+    const Weight<float> w = Weight<float>::owned(random_matrix(29, cols, 51, 0.1f));
+    for (Index n = 2; n < work.kernels->gemm_from(WeightFormat::F32); ++n) {  // every pass and tile shape
+      CAPTURE(cols);
+      CAPTURE(n);
+      const MatrixRM<float> x = random_matrix(n, cols, 52);
+      MatrixRM<float> y(n, 29);
+      kernels::linear(x, w, y, work);
+      Index same = 0;
+      for (Index i = 0; i < n; ++i)
+        for (Index r = 0; r < 29; ++r) same += y(i, r) == tile_sum(w.matrix().row(r).data(), x.row(i).data(), cols);
+      CHECK(same == n * 29);
+    }
+  }
+}
+
 TEST_CASE("decode inputs: several positions are read from rows on cache lines, whatever rows the caller has") {
   kernels::Workspace work;
   const Index cols = 40, n = 3;

@@ -181,7 +181,8 @@ inline void dot_tile(const uint16_t* w, Index cols, const DecodeInput* in, float
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) y[p * y_stride + r] = S::sum(S::add(a0[r][p], a1[r][p]));
+    for (int p = 0; p < P; ++p) a0[r][p] = S::add(a0[r][p], a1[r][p]);
+  simd::store_sums(a0, y, y_stride);
 }
 #elif MINIMIND_AVX2
 // The same in 256-bit vectors (matvec asks 1 KiB ahead here: decode from DRAM got 6-7% faster on

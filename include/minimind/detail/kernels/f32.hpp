@@ -150,10 +150,7 @@ inline void dot_tile(const float* w, Index cols, const DecodeInput* in, float* y
   Index c = 0;
   for (; c + 16 <= cols; c += 16) step(c, 0xFFFF);
   if (c < cols) step(c, static_cast<__mmask16>((1u << (cols - c)) - 1));
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 6
-    for (int p = 0; p < P; ++p) y[p * y_stride + r] = simd::hsum(acc[r][p]);
+  simd::store_sums(acc, y, y_stride);
 }
 #endif
 

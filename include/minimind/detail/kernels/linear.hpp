@@ -60,11 +60,14 @@ struct Workspace {
   static Index line_floats(Index cols) { return (cols + 15) / 16 * 16; }
   // x [n, cols] (rows x_stride apart) made into what `needs` says, once for all the rows of a
   // product; inputs() then gives position i's. Returns where the kernels read x: x itself, or,
-  // for several positions whose rows do not start on cache lines and a format that reads them (Eigen aligns to what the
-  // build's own vectors need), a copy that does: a register tile's loads of x would each straddle
-  // two lines (one core of a Zen 5, 16 positions against a matrix from DRAM: 56 against 109 GFLOP/s).
+  // for several positions whose rows do not start on cache lines (Eigen aligns to what the build's
+  // own vectors need) and a format that reads x itself, a copy that does: a register tile's loads
+  // of x would each straddle two lines (one core of a Zen 5, 16 positions against a matrix from
+  // DRAM: 56 against 109 GFLOP/s).
   std::pair<const float*, Index> prepare(const float* x, Index x_stride, Index n, Index cols, Needs needs) {
-    if (needs.plain && n > 1 && (reinterpret_cast<uintptr_t>(x) % kCacheLine != 0 || (x_stride * sizeof(float)) % kCacheLine != 0)) {
+    const bool on_lines =
+        reinterpret_cast<uintptr_t>(x) % kCacheLine == 0 && (x_stride * sizeof(float)) % kCacheLine == 0;
+    if (needs.plain && n > 1 && !on_lines) {
       const Index stride = line_floats(cols);
       if (x_lines.size() < static_cast<size_t>(n * stride)) x_lines.resize(static_cast<size_t>(n * stride));
       for (Index i = 0; i < n; ++i) std::copy_n(x + i * x_stride, cols, x_lines.data() + i * stride);

@@ -183,9 +183,9 @@ inline __m256 fold(__m512 v) {
 inline float hsum(__m512 v) { return hsum(fold(v)); }
 // The four lane sums of a, b, c, d (16 lanes each) as [sum a, sum b, sum c, sum d].
 inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) { return hsum4(fold(a), fold(b), fold(c), fold(d)); }
-// The lane sums of v[0..N) (N <= 16; zeros past N, not computed) as one vector [sum v[0], sum v[1], ...], each
-// summed exactly as hsum() sums it (lane i with i + 8, then i + 4, i + 2, i + 1), by one network
-// over all of them: 31 shuffles and 15 additions where N hsums take 9 N operations, most of them
+// The lane sums of v[0..N) (N <= 16; zeros past N, not computed) as one vector [sum v[0], sum
+// v[1], ...], each summed exactly as hsum() sums it (lane i with i + 8, then i + 4, i + 2, i + 1),
+// by one network over all of them: 31 shuffles and 15 additions where N hsums take 9 N operations, most of them
 // shuffles on a port the FMAs use too.
 template <int N>
 inline __m512 hsum16(const __m512* v) {
@@ -195,7 +195,9 @@ inline __m512 hsum16(const __m512* v) {
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) {  // a[i]: the 8-lane folds of v[2i] | v[2i + 1]
     const __m512 x = at(2 * i), y = at(2 * i + 1);
-    a[i] = 2 * i >= N ? _mm512_setzero_ps() : _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, x, y, 0x44), _mm512_maskz_shuffle_f32x4(0xFFFF, x, y, 0xEE));
+    a[i] = 2 * i >= N ? _mm512_setzero_ps()
+                      : _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, x, y, 0x44),
+                                      _mm512_maskz_shuffle_f32x4(0xFFFF, x, y, 0xEE));
   }
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {  // b[i]: the 4-lane folds of v[4i .. 4i + 4), one per 128 bits
@@ -213,7 +215,8 @@ inline __m512 hsum16(const __m512* v) {
   // 128 bits q: the sums of v[q], v[4 + q], v[8 + q], v[12 + q]; then in order.
   const __m512 d = _mm512_add_ps(_mm512_maskz_shuffle_ps(0xFFFF, c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                  _mm512_maskz_shuffle_ps(0xFFFF, c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_maskz_permutexvar_ps(0xFFFF, _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), d);
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_maskz_permutexvar_ps(0xFFFF, order, d);
 }
 // A register tile's sums: y[p * y_stride + r] = hsum(acc[r][p]) for r < R, p < P, through
 // hsum16 in groups of 16. One core of a Zen 5: a 4-row x 6-position f32 tile over 512 columns

@@ -50,6 +50,40 @@ TEST_CASE("temperature 0 is greedy, after the repetition penalty") {
   CHECK(logits[1] == doctest::Approx(1.5));
 }
 
+TEST_CASE("greedy picks the first of the largest logits, as one comparison per token does") {
+  SamplingParams p;
+  p.temperature = 0;
+  const float inf = std::numeric_limits<float>::infinity();
+  auto reference = [](const std::vector<float>& logits) {
+    size_t best = 0;
+    for (size_t i = 1; i < logits.size(); ++i)
+      if (logits[i] > logits[best]) best = i;
+    return static_cast<int32_t>(best);
+  };
+  // Ties, signed zeros, all negative, -inf masks, denormals, the largest finite values.
+  const std::vector<std::vector<float>> cases = {
+      {1, 3, 3, 2}, {-0.0f, 0.0f, -1}, {0.0f, -0.0f}, {-5, -2, -2, -7}, {-inf, -3, -inf}, {-inf, -inf, -inf, 0.5f},
+      {1e-45f, -1e-45f, 0}, {-1e-45f, -2e-45f}, {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max()},
+      {-std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest(), -inf}};
+  for (const auto& logits : cases) {
+    CAPTURE(logits);
+    Sampler sampler(p, static_cast<int64_t>(logits.size()));
+    auto copy = logits;
+    CHECK(sampler.sample(copy, {}) == reference(logits));
+    CHECK(Sampler::argmax(logits) == reference(logits));
+  }
+  // Random vocabularies with repeated values, every length around the vector widths.
+  Rng rng(11);
+  for (size_t vocab = 1; vocab < 80; ++vocab) {
+    std::vector<float> logits(vocab);
+    for (float& l : logits) l = static_cast<float>(static_cast<int>(rng.uniform() * 9) - 6);
+    CAPTURE(logits);
+    Sampler sampler(p, static_cast<int64_t>(vocab));
+    auto copy = logits;
+    CHECK(sampler.sample(copy, {}) == reference(logits));
+  }
+}
+
 TEST_CASE("repetition penalty: positive logits divided, negative multiplied") {
   SamplingParams p;
   p.temperature = 0;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -84,15 +85,14 @@ class Sampler {
     // them is undefined behaviour and argmax would pick an arbitrary token. A +inf logit makes
     // the softmax inf/inf = NaN. Both are refused; -inf is a mask (that token is never drawn),
     // but not on every token.
-    bool any_candidate = false;
-    for (size_t i = 0; i < vocab; ++i) {
+    const Scan scan = scan_logits(logits);
+    for (size_t i = 0; scan.overflowed && i < vocab; ++i) {  // which one, in token order
       if (std::isnan(logits[i])) throw Error("sampler: the logit of token " + std::to_string(i) + " is NaN (the forward pass overflowed)");
       if (logits[i] == std::numeric_limits<float>::infinity()) {
         throw Error("sampler: the logit of token " + std::to_string(i) + " is +inf (the forward pass overflowed)");
       }
-      any_candidate = any_candidate || logits[i] != -std::numeric_limits<float>::infinity();
     }
-    if (!any_candidate) throw Error("sampler: every logit is -inf, no token can be drawn");
+    if (!scan.any_candidate) throw Error("sampler: every logit is -inf, no token can be drawn");
     const bool greedy = params_.temperature == 0.0f;
     if (!greedy) {
       for (float& l : logits) l /= params_.temperature;
@@ -103,7 +103,7 @@ class Sampler {
         l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
       }
     }
-    if (greedy) return argmax(logits);
+    if (greedy) return params_.repetition_penalty != 1.0f ? argmax(logits) : first_equal(logits, scan.top);
 
     // Candidates best first; ties keep the lower id, so the order is fully determined.
     std::iota(order_.begin(), order_.end(), 0);
@@ -145,14 +145,45 @@ class Sampler {
     return order_[count - 1];
   }
 
-  static int32_t argmax(std::span<const float> logits) {
-    size_t best = 0;
-    for (size_t i = 1; i < logits.size(); ++i)
-      if (logits[i] > logits[best]) best = i;
-    return static_cast<int32_t>(best);
-  }
+  // The first of the largest logits (0 if there are none, or a NaN).
+  static int32_t argmax(std::span<const float> logits) { return first_equal(logits, scan_logits(logits).top); }
 
  private:
+  // One pass over the logits as integers, which the compiler vectorizes: whether any is NaN or
+  // +inf, whether any is above -inf, and the largest (NaN if there is one). Greedy sampling of a
+  // 6400-token vocabulary took 3.4 us instead of 8.4 with a comparison per token (a Zen 5), and a
+  // batch's step samples every sequence while the other threads wait: minimind-server, 2 threads,
+  // 5 paired rounds, 16 clients 1.035x (0.98-1.16), 32 clients 1.07x (0.98-1.13).
+  struct Scan {
+    bool overflowed = false, any_candidate = false;
+    float top = -std::numeric_limits<float>::infinity();
+  };
+  static Scan scan_logits(std::span<const float> logits) {
+    constexpr uint32_t kMagnitude = 0x7fffffffu, kInf = 0x7f800000u, kMinusInf = 0xff800000u;
+    // A float's bits with the magnitude flipped when negative order as int32 as the floats do
+    // (-0 just below +0); the map is its own inverse.
+    auto key = [](uint32_t b) { return b ^ (static_cast<uint32_t>(static_cast<int32_t>(b) >> 31) & kMagnitude); };
+    uint32_t overflowed = 0, any_candidate = 0;
+    int32_t top = std::numeric_limits<int32_t>::min();
+    for (const float logit : logits) {
+      uint32_t b;
+      std::memcpy(&b, &logit, sizeof b);
+      overflowed |= (b & kMagnitude) >= kInf && b != kMinusInf;
+      any_candidate |= b != kMinusInf;
+      const auto k = static_cast<int32_t>(key(b));
+      top = k > top ? k : top;
+    }
+    const uint32_t top_bits = key(static_cast<uint32_t>(top));
+    Scan scan{overflowed != 0, any_candidate != 0, 0.0f};
+    std::memcpy(&scan.top, &top_bits, sizeof top_bits);
+    return scan;
+  }
+  static int32_t first_equal(std::span<const float> logits, float value) {
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (logits[i] == value) return static_cast<int32_t>(i);
+    return 0;
+  }
+
   SamplingParams params_;
   Rng rng_;
   std::vector<int32_t> order_;  // [vocab] candidate ids

@@ -155,8 +155,8 @@ class Sampler {
   // batch's step samples every sequence while the other threads wait: minimind-server, 2 threads,
   // 5 paired rounds, 16 clients 1.035x (0.98-1.16), 32 clients 1.07x (0.98-1.13).
   struct Scan {
-    bool overflowed = false, any_candidate = false;
-    float top = -std::numeric_limits<float>::infinity();
+    bool overflowed, any_candidate;
+    float top;
   };
   static Scan scan_logits(std::span<const float> logits) {
     constexpr uint32_t kMagnitude = 0x7fffffffu, kInf = 0x7f800000u, kMinusInf = 0xff800000u;
@@ -174,9 +174,9 @@ class Sampler {
       top = k > top ? k : top;
     }
     const uint32_t top_bits = key(static_cast<uint32_t>(top));
-    Scan scan{overflowed != 0, any_candidate != 0, 0.0f};
-    std::memcpy(&scan.top, &top_bits, sizeof top_bits);
-    return scan;
+    float top_value;
+    std::memcpy(&top_value, &top_bits, sizeof top_bits);
+    return {overflowed != 0, any_candidate != 0, top_value};
   }
   static int32_t first_equal(std::span<const float> logits, float value) {
     for (size_t i = 0; i < logits.size(); ++i)

@@ -185,8 +185,8 @@ inline float hsum(__m512 v) { return hsum(fold(v)); }
 inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) { return hsum4(fold(a), fold(b), fold(c), fold(d)); }
 // The lane sums of v[0..N) (N <= 16; zeros past N, not computed) as one vector [sum v[0], sum
 // v[1], ...], each summed exactly as hsum() sums it (lane i with i + 8, then i + 4, i + 2, i + 1),
-// by one network over all of them: 31 shuffles and 15 additions where N hsums take 9 N operations, most of them
-// shuffles on a port the FMAs use too.
+// by one network over all of them: 31 shuffles and 15 additions where N hsums take 9 N
+// operations, most of them shuffles on a port the FMAs use too.
 template <int N>
 inline __m512 hsum16(const __m512* v) {
   static_assert(N >= 1 && N <= 16);

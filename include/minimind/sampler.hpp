@@ -6,9 +6,9 @@
 #include "minimind/error.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -166,17 +166,13 @@ class Sampler {
     uint32_t overflowed = 0, any_candidate = 0;
     int32_t top = std::numeric_limits<int32_t>::min();
     for (const float logit : logits) {
-      uint32_t b;
-      std::memcpy(&b, &logit, sizeof b);
+      const auto b = std::bit_cast<uint32_t>(logit);
       overflowed |= (b & kMagnitude) >= kInf && b != kMinusInf;
       any_candidate |= b != kMinusInf;
       const auto k = static_cast<int32_t>(key(b));
       top = k > top ? k : top;
     }
-    const uint32_t top_bits = key(static_cast<uint32_t>(top));
-    float top_value;
-    std::memcpy(&top_value, &top_bits, sizeof top_bits);
-    return {overflowed != 0, any_candidate != 0, top_value};
+    return {overflowed != 0, any_candidate != 0, std::bit_cast<float>(key(static_cast<uint32_t>(top)))};
   }
   static int32_t first_equal(std::span<const float> logits, float value) {
     for (size_t i = 0; i < logits.size(); ++i)

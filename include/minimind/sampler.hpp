@@ -6,9 +6,9 @@
 #include "minimind/error.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -165,14 +165,19 @@ class Sampler {
     auto key = [](uint32_t b) { return b ^ (static_cast<uint32_t>(static_cast<int32_t>(b) >> 31) & kMagnitude); };
     uint32_t overflowed = 0, any_candidate = 0;
     int32_t top = std::numeric_limits<int32_t>::min();
+    // memcpy, not std::bit_cast: the libc++ of Debian's emscripten 3.1.6 has no std::bit_cast.
     for (const float logit : logits) {
-      const auto b = std::bit_cast<uint32_t>(logit);
+      uint32_t b;
+      std::memcpy(&b, &logit, sizeof b);
       overflowed |= (b & kMagnitude) >= kInf && b != kMinusInf;
       any_candidate |= b != kMinusInf;
       const auto k = static_cast<int32_t>(key(b));
       top = k > top ? k : top;
     }
-    return {overflowed != 0, any_candidate != 0, std::bit_cast<float>(key(static_cast<uint32_t>(top)))};
+    const uint32_t top_bits = key(static_cast<uint32_t>(top));
+    float top_value;
+    std::memcpy(&top_value, &top_bits, sizeof top_bits);
+    return {overflowed != 0, any_candidate != 0, top_value};
   }
   static int32_t first_equal(std::span<const float> logits, float value) {
     for (size_t i = 0; i < logits.size(); ++i)

@@ -17,8 +17,10 @@ using Mat = MatrixRM<double>;
 template <class T>
 Mat to_double(const Weight<T>& w) {
   Mat m(w.rows(), w.cols());
+  std::vector<T> row(static_cast<size_t>(w.cols()));
   for (Index r = 0; r < w.rows(); ++r) {
-    for (Index c = 0; c < w.cols(); ++c) m(r, c) = static_cast<double>(w.matrix()(r, c));
+    w.row_to(r, row.data());  // any format and layout (f32_panels is not row-major)
+    for (Index c = 0; c < w.cols(); ++c) m(r, c) = static_cast<double>(row[static_cast<size_t>(c)]);
   }
   return m;
 }

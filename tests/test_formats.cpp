@@ -70,14 +70,16 @@ void check_formats_in(const std::filesystem::path& root) {
     if (!std::filesystem::exists(dir / "expected.json")) continue;
     ++cases;
     const auto golden = read_golden_case(dir);
-    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+    // f32 both ways, whatever this CPU's kernels hold it as: row-major and in f32_panels.
+    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels}) {
       const std::string name = format_name(format);
       CAPTURE(dir.filename().string());
       CAPTURE(name);
       const Agreement a = compare(dir, format, 2);
       worst[name] = minimind::testing::worse(worst[name], a.max_diff);
       const bool exact_bf16 = stored_as(dir, "bfloat16") || stored_as(dir, "BF16");
-      if (format != WeightFormat::F32 && !(format == WeightFormat::BF16 && exact_bf16)) {
+      const bool f32 = format == WeightFormat::F32 || format == WeightFormat::F32Panels;
+      if (!f32 && !(format == WeightFormat::BF16 && exact_bf16)) {
         pooled[name].positions += a.positions;
         pooled[name].same_top1 += a.same_top1;
       }
@@ -85,6 +87,7 @@ void check_formats_in(const std::filesystem::path& root) {
                                       << a.same_top1 << "/" << a.positions);
       switch (format) {
         case WeightFormat::F32:
+        case WeightFormat::F32Panels:
           CHECK(a.max_diff <= minimind::testing::logit_tolerance(golden));
           CHECK(a.same_top1 == a.positions);
           break;
@@ -130,17 +133,20 @@ TEST_CASE("a BF16 checkpoint held as bf16 is viewed in place; held as f32 it is 
   CHECK(bf16.weight_bytes() * 2 - f32.weight_bytes() < 100000);  // norms stay f32
 }
 
-TEST_CASE("a model converted from an f32 file keeps nothing of the file; one held as f32 views it") {
+TEST_CASE("a model converted from an f32 file keeps nothing of the file; one held as row-major f32 views it") {
   const Checkpoint checkpoint = load_checkpoint(minimind::testing::data_dir() / "golden" / "mm3-dense");
   REQUIRE(checkpoint.tensors.files().size() == 1);
   const auto& file = checkpoint.tensors.files().front();
   const long alone = file.use_count();
-  for (const auto format : {WeightFormat::BF16, WeightFormat::Q8}) {
+  for (const auto format : {WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels}) {
     const auto model = MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors, {format, 1});
     CHECK_FALSE(model.model.norm.weight().is_view());  // the norms too: a view would hold the whole file
     CHECK(file.use_count() == alone);
   }
+  // f32 is asked for; it is held row-major unless this CPU's kernels ask for f32_panels.
   const auto f32 = MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors, {WeightFormat::F32, 1});
-  CHECK(f32.model.norm.weight().is_view());
-  CHECK(file.use_count() > alone);
+  const bool row_major = WeightLoader<float>::held(WeightFormat::F32) == WeightFormat::F32;
+  CHECK(f32.model.norm.weight().is_view() == row_major);
+  CHECK((file.use_count() > alone) == row_major);
+  CHECK(f32.model.layers[0].self_attn.q_proj.format() == WeightLoader<float>::held(WeightFormat::F32));
 }

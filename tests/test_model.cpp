@@ -62,16 +62,23 @@ TEST_CASE("num_parameters counts the tied matrix once") {
   CHECK(mm3.num_parameters() == 63'912'192);
 }
 
-TEST_CASE("tied checkpoints hold one matrix, untied two, and F32 weights are viewed in the file") {
+TEST_CASE("tied checkpoints hold one matrix, untied two, and row-major F32 weights are viewed in the file") {
   const auto root = minimind::testing::data_dir() / "golden";
-  const auto tied = MiniMindForCausalLM<float>::from_pretrained(root / "tied-lm-head-stored");
+  LoadOptions row_major;
+  row_major.f32_panels = false;
+  const auto tied = MiniMindForCausalLM<float>::from_pretrained(root / "tied-lm-head-stored", row_major);
   CHECK(tied.is_tied());
   CHECK(&tied.lm_head() == &tied.model.embed_tokens);
   CHECK(tied.lm_head().weight().data() == tied.model.embed_tokens.weight().data());
   CHECK(tied.model.embed_tokens.weight().is_view());  // zero copy
-  const auto untied = MiniMindForCausalLM<float>::from_pretrained(root / "untied");
+  const auto untied = MiniMindForCausalLM<float>::from_pretrained(root / "untied", row_major);
   CHECK_FALSE(untied.is_tied());
   CHECK(untied.lm_head().weight().data() != untied.model.embed_tokens.weight().data());
+  // In f32_panels (explicitly, or f32 on a CPU whose kernels ask for it) the tied matrix is still one.
+  const auto panels = MiniMindForCausalLM<float>::from_pretrained(root / "tied-lm-head-stored", {WeightFormat::F32Panels});
+  CHECK(&panels.lm_head() == &panels.model.embed_tokens);
+  CHECK(panels.model.embed_tokens.weight().format() == WeightFormat::F32Panels);
+  CHECK(panels.weight_bytes() >= tied.weight_bytes());  // (with the zero rows of the last panels)
   CHECK(untied.num_parameters() == untied.model.num_parameters() + untied.lm_head().num_parameters());
   const auto bf16 = MiniMindForCausalLM<float>::from_pretrained(root / "bf16");
   CHECK_FALSE(bf16.model.embed_tokens.weight().is_view());  // widened once into our own buffer
@@ -337,7 +344,10 @@ TEST_CASE("an observer sees every step in order, and the values it sees are the 
   MatrixRM<float> normed(recorder.last_residual.rows(), recorder.last_residual.cols());
   model.model.norm.forward(recorder.last_residual, normed);
   CHECK((normed - recorder.final_rows).cwiseAbs().maxCoeff() < 1e-6f);
-  const MatrixRM<float> logits = recorder.final_rows * model.lm_head().weight().matrix().transpose();
+  const Weight<float>& e = model.lm_head().weight();  // row by row: f32_panels is not row-major
+  MatrixRM<float> rows(e.rows(), e.cols());
+  for (Index r = 0; r < e.rows(); ++r) e.row_to(r, rows.row(r).data());
+  const MatrixRM<float> logits = recorder.final_rows * rows.transpose();
   CHECK((logits - seen).cwiseAbs().maxCoeff() < 1e-4f);
   // Attention: each row a distribution over the positions it may see, zero past them.
   REQUIRE(recorder.probs.size() == static_cast<size_t>(c.num_hidden_layers * c.num_attention_heads));

@@ -77,12 +77,12 @@ class MiniMindForCausalLM {
   // Builds the model over an already-parsed tensor table (the weights keep its files alive).
   static MiniMindForCausalLM from_tensors(const Config& config, const io::TensorTable& tensors,
                                           const LoadOptions& options = {}) {
-    return build(config, WeightLoader<T>(tensors, options.format), options);
+    return build(config, WeightLoader<T>(tensors, options.format, options.f32_panels), options);
   }
 
   // A model of the given shape with deterministic random weights (benchmarks, shape tests).
   static MiniMindForCausalLM random(const Config& config, uint64_t seed = 0, const LoadOptions& options = {}) {
-    return build(config, WeightLoader<T>::random(seed, options.format), options);
+    return build(config, WeightLoader<T>::random(seed, options.format, options.f32_panels), options);
   }
 
   const Config& config() const { return model.config(); }

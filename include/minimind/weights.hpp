@@ -4,12 +4,14 @@
 // an Error naming the file, the tensor and the element (see WeightLoader::check_finite). Finite
 // weights that overflow during a forward pass give inf/NaN logits, which the Sampler refuses.
 // A tensor stored as that format is used in place inside the loaded file (zero copy): F32 held as
-// f32, BF16 held as bf16. Anything else is converted once into an owned buffer: F16/BF16 widened
+// row-major f32, BF16 held as bf16. f32 is held in f32_panels instead (16 rows k-major, a copy in
+// our own buffer) where the active kernels read that faster (LoadOptions::f32_panels). Anything else is converted once into an owned buffer: F16/BF16 widened
 // exactly to f32, or f32 values rounded to bf16 or quantized to q8 (kernels/q8.hpp), held in a
 // WeightArena (huge pages: decode reads them faster). Shapes are
 // checked here against the config, with the tensor's name and the config field in the message.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/safetensors.hpp"
+#include "minimind/detail/kernels/targets.hpp"
 #include "minimind/detail/kernels/weight.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/detail/weight_arena.hpp"
@@ -31,6 +33,9 @@ namespace minimind {
 struct LoadOptions {
   WeightFormat format = WeightFormat::F32;  // of the matrices; norms always stay f32
   int threads = 0;                          // threads per forward pass; 0 = one per core
+  // f32 matrices in f32_panels (kernels/f32_panels.hpp) where the active kernels read that faster
+  // (AVX-512); false keeps them row-major, viewed in place in the loaded file.
+  bool f32_panels = true;
 };
 
 // Turns checkpoint tensors into Weights of compute type T in the chosen format, checking each
@@ -40,13 +45,20 @@ struct LoadOptions {
 template <class T>
 class WeightLoader {
  public:
-  explicit WeightLoader(const io::TensorTable& table, WeightFormat format = WeightFormat::F32)
-      : table_(&table), format_(format) {}
-  static WeightLoader random(uint64_t seed, WeightFormat format = WeightFormat::F32) {
+  explicit WeightLoader(const io::TensorTable& table, WeightFormat format = WeightFormat::F32, bool f32_panels = true)
+      : table_(&table), format_(held(format, f32_panels)) {}
+  static WeightLoader random(uint64_t seed, WeightFormat format = WeightFormat::F32, bool f32_panels = true) {
     WeightLoader w;
     w.seed_ = seed;
-    w.format_ = format;
+    w.format_ = held(format, f32_panels);
     return w;
+  }
+  // How the matrices of a model asked for in `format` are held (LoadOptions::f32_panels).
+  static WeightFormat held(WeightFormat format, bool f32_panels = true) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (format == WeightFormat::F32 && f32_panels && kernels::active().f32_panels) return WeightFormat::F32Panels;
+    }
+    return format;
   }
   WeightFormat format() const { return format_; }
 

@@ -2,7 +2,8 @@
 // The formats a weight matrix can be held in, chosen when a model is loaded, and what every
 // format's operations share. Each format is one file (f32.hpp, bf16.hpp, q8.hpp) that ends in its
 // `Format` traits: its name, bytes, conversion from f32, row widening (embedding lookup), the
-// decode matrix-vector product, and the GEMM's block of widened rows and their cache lines.
+// decode matrix-vector product, and the GEMM's block of widened rows and their cache lines (or,
+// f32_panels, products of its own that the GEMM calls).
 // formats.hpp lists them; linear, gemm, Weight and the loader go through that list only.
 #include "minimind/tensor.hpp"
 
@@ -13,18 +14,20 @@
 namespace minimind {
 
 // One value per format in formats.hpp's list, in the same order.
-enum class WeightFormat { F32, BF16, Q8 };
+enum class WeightFormat { F32, BF16, Q8, F32Panels };
 
 namespace kernels {
 
 // The activations of one position for a decode product: x, and what the formats in the product
 // read besides: x quantized in q8 blocks (Format::kQuantizedInput), x in bf16's pair order
-// (Format::kPairedInput, bf16::to_pair_order).
+// (Format::kPairedInput, bf16::to_pair_order), x in k-major groups of positions (Format::kKMajorInput,
+// f32_panels.hpp: this position's lane in its group).
 struct DecodeInput {
   const float* x = nullptr;
   const int16_t* xq = nullptr;
   const float* xd = nullptr;
   const float* x_pairs = nullptr;
+  const float* xk = nullptr;
 };
 
 // Where the bytes of a block of weight rows lie, for the GEMM to ask for them ahead: `rows` runs

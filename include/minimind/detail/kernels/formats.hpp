@@ -3,6 +3,7 @@
 // with its Format traits, its WeightFormat value, and its entry here.
 #include "minimind/detail/kernels/bf16.hpp"
 #include "minimind/detail/kernels/f32.hpp"
+#include "minimind/detail/kernels/f32_panels.hpp"
 #include "minimind/detail/kernels/format.hpp"
 #include "minimind/detail/kernels/q8.hpp"
 #include "minimind/error.hpp"
@@ -15,7 +16,7 @@ namespace kernels {
 
 template <class... Fs>
 struct FormatList {};
-using Formats = FormatList<f32::Format, bf16::Format, q8::Format>;
+using Formats = FormatList<f32::Format, bf16::Format, q8::Format, f32_panels::Format>;
 
 namespace format_detail {
 template <class F, class... Rest, class Fn>

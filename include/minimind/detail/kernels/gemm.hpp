@@ -57,9 +57,10 @@ struct GemmProduct {
 namespace gemm_detail {
 
 inline constexpr Index kKc = 256;    // columns per block
-// Weight rows a thread takes at a time: kChunkRows, up to twice that while every thread still gets
+// Weight rows a thread takes at a time: kChunkRows, or twice that while every thread still gets
 // at least four chunks of the step's products (on an Intel Xeon, 2 threads, pp128 f32 1.03-1.05x
-// with 96 rows than with 48: each chunk starts on weights that were not asked for ahead).
+// with 96 rows than with 48: each chunk starts on weights that were not asked for ahead). Both
+// are multiples of kRows and of f32_panels' 16 rows, so a chunk is whole panels.
 inline constexpr Index kChunkRows = 48;
 
 inline void ensure(AlignedFloats& v, Index n) {
@@ -420,47 +421,51 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
   auto compute = [&](const GemmProduct& product, Index r0, Index r1, int t) {
     with_format(product.w->format(), [&]<class F>() {
       const typename F::View w = product.w->template format_view<F>();
-      AlignedFloats& ct = scratch.ct[static_cast<size_t>(t)];
-      ensure(ct, (r1 - r0) * npad);
-      ensure(scratch.wbuf[static_cast<size_t>(t)], kRows * kKc);
-      float* wbuf = scratch.wbuf[static_cast<size_t>(t)].data();
-      // kRows rows at a time, each over all its columns in blocks of KC: the rows are read front
-      // to back (on an Intel Xeon 1-4% faster than all rows of one block of columns, then the next).
-      for (Index r = r0; r < r1; r += kRows) {
-        const Index mr = std::min(kRows, r1 - r);
-        for (Index k0 = 0; k0 < cols; k0 += kKc) {
-          const Index kc = std::min(kKc, cols - k0);
-          Index ws;
-          const float* wp = block(w, r, mr, k0, kc, wbuf, ws);
-          float* c = ct.data() + (r - r0) * npad;
-          // The weights come from DRAM in pieces of kRows rows x KC columns, too short for the
-          // hardware prefetcher to learn: ask for the next piece (the same rows' next columns, or
-          // the next rows' first), a share of its lines per panel.
-          // f32 read in place on AVX-512: the 12-row micro-kernel asks for its share one line
-          // every other k (a burst of some 50 before the panel filled the L1 miss buffers and
-          // stalled there: on an Intel Xeon, minimind-bench pp128 f32 at 1 thread 1.04-1.11x,
-          // batches of 32 sequences 1.05-1.13x); the widened formats read their block before the
-          // kernel and keep the burst.
-          NextBlock next;
-          if (k0 + kKc < cols) next.set(F::lines(w, r, mr, k0 + kKc, std::min(kKc, cols - k0 - kKc)));
-          else if (r + kRows < r1) next.set(F::lines(w, r + kRows, std::min(kRows, r1 - r - kRows), 0, std::min(kKc, cols)));
-          const Index share = (next.lines() + panels - 1) / panels;
+      if constexpr (std::is_same_v<F, f32_panels::Format>) {  // its own products, on the packed positions
+        f32_panels::MINIMIND_TARGET::products(w, {xp, kPanel, cols * kPanel, n}, product.y, product.y_stride, r0, r1);
+      } else {
+        AlignedFloats& ct = scratch.ct[static_cast<size_t>(t)];
+        ensure(ct, (r1 - r0) * npad);
+        ensure(scratch.wbuf[static_cast<size_t>(t)], kRows * kKc);
+        float* wbuf = scratch.wbuf[static_cast<size_t>(t)].data();
+        // kRows rows at a time, each over all its columns in blocks of KC: the rows are read front
+        // to back (on an Intel Xeon 1-4% faster than all rows of one block of columns, then the next).
+        for (Index r = r0; r < r1; r += kRows) {
+          const Index mr = std::min(kRows, r1 - r);
+          for (Index k0 = 0; k0 < cols; k0 += kKc) {
+            const Index kc = std::min(kKc, cols - k0);
+            Index ws;
+            const float* wp = block(w, r, mr, k0, kc, wbuf, ws);
+            float* c = ct.data() + (r - r0) * npad;
+            // The weights come from DRAM in pieces of kRows rows x KC columns, too short for the
+            // hardware prefetcher to learn: ask for the next piece (the same rows' next columns, or
+            // the next rows' first), a share of its lines per panel.
+            // f32 read in place on AVX-512: the 12-row micro-kernel asks for its share one line
+            // every other k (a burst of some 50 before the panel filled the L1 miss buffers and
+            // stalled there: on an Intel Xeon, minimind-bench pp128 f32 at 1 thread 1.04-1.11x,
+            // batches of 32 sequences 1.05-1.13x); the widened formats read their block before the
+            // kernel and keep the burst.
+            NextBlock next;
+            if (k0 + kKc < cols) next.set(F::lines(w, r, mr, k0 + kKc, std::min(kKc, cols - k0 - kKc)));
+            else if (r + kRows < r1) next.set(F::lines(w, r + kRows, std::min(kRows, r1 - r - kRows), 0, std::min(kKc, cols)));
+            const Index share = (next.lines() + panels - 1) / panels;
 #if MINIMIND_AVX512
-          const bool spread = wp != wbuf;
+            const bool spread = wp != wbuf;
 #else
-          constexpr bool spread = false;
+            constexpr bool spread = false;
 #endif
-          for (Index p = 0; p < panels; ++p) {
-            if (spread) next.budget = std::min(next.lines(), share * (p + 1)) - next.asked;
-            else next.ask(share);
-            micro_kernel(mr, kc, wp, ws, xp + p * cols * kPanel + k0 * kPanel, c + p * kPanel, npad, k0 > 0,
-                         std::min(kPanel, n - p * kPanel), spread ? &next : nullptr);
-            next.ask(next.budget);  // those the micro-kernel had no steps left for
-            next.budget = 0;
+            for (Index p = 0; p < panels; ++p) {
+              if (spread) next.budget = std::min(next.lines(), share * (p + 1)) - next.asked;
+              else next.ask(share);
+              micro_kernel(mr, kc, wp, ws, xp + p * cols * kPanel + k0 * kPanel, c + p * kPanel, npad, k0 > 0,
+                           std::min(kPanel, n - p * kPanel), spread ? &next : nullptr);
+              next.ask(next.budget);  // those the micro-kernel had no steps left for
+              next.budget = 0;
+            }
           }
         }
+        unpack(ct.data(), npad, r1 - r0, n, product.y + r0, product.y_stride);
       }
-      unpack(ct.data(), npad, r1 - r0, n, product.y + r0, product.y_stride);
     });
   };
   if (!pool || threads == 1) {
@@ -472,7 +477,7 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
   // Chunk c of the concatenated rows: the products' chunks of chunk_rows rows, one after another.
   Index rows = 0;
   for (const GemmProduct& product : products) rows += product.w->rows();
-  const Index chunk_rows = std::clamp(rows / (4 * threads) / kRows * kRows, kChunkRows, 2 * kChunkRows);
+  const Index chunk_rows = std::clamp(rows / (4 * threads) / kChunkRows * kChunkRows, kChunkRows, 2 * kChunkRows);
   auto chunks_of = [&](const GemmProduct& product) { return (product.w->rows() + chunk_rows - 1) / chunk_rows; };
   Index chunks = 0;
   for (const GemmProduct& product : products) chunks += chunks_of(product);

@@ -33,6 +33,7 @@ struct Workspace {
   std::vector<float> xd;   // their scales [rows, blocks]
   AlignedFloats x_pairs;   // activations in bf16's pair order [rows, cols]
   AlignedFloats x_lines;   // x copied onto cache lines [rows, line_floats(cols)]
+  AlignedFloats x_groups;  // x in k-major groups of positions [groups, cols, f32_panels::kGroup]
   GemmScratch gemm;
 
   int threads() const { return pool ? pool->size() : 1; }
@@ -42,19 +43,23 @@ struct Workspace {
     if (xq.size() < blocks * q8::kBlock) xq.resize(blocks * q8::kBlock);
     if (xd.size() < blocks) xd.resize(blocks);
     if (x_pairs.size() < static_cast<size_t>(rows * cols)) x_pairs.resize(static_cast<size_t>(rows * cols));
+    const Index grouped = (rows + f32_panels::kGroup - 1) / f32_panels::kGroup * f32_panels::kGroup * cols;
+    if (x_groups.size() < static_cast<size_t>(grouped)) x_groups.resize(static_cast<size_t>(grouped));
   }
   // What format F's decode product reads: x itself (every format but the quantized-input ones),
-  // x quantized, x in pair order.
+  // x quantized, x in pair order, x in k-major groups.
   struct Needs {
-    bool plain = false, quantized = false, paired = false;
+    bool plain = false, quantized = false, paired = false, k_major = false;
     template <class F>
     static Needs of() {
-      return {!F::kQuantizedInput, F::kQuantizedInput, F::kPairedInput};
+      return {!F::kQuantizedInput && !F::kKMajorInput, F::kQuantizedInput, F::kPairedInput, F::kKMajorInput};
     }
     static Needs of(WeightFormat format) {
       return with_format(format, []<class F>() { return of<F>(); });
     }
-    Needs operator|(Needs o) const { return {plain || o.plain, quantized || o.quantized, paired || o.paired}; }
+    Needs operator|(Needs o) const {
+      return {plain || o.plain, quantized || o.quantized, paired || o.paired, k_major || o.k_major};
+    }
   };
   // Floats in a row of x_lines: whole cache lines.
   static Index line_floats(Index cols) { return (cols + 15) / 16 * 16; }
@@ -67,6 +72,7 @@ struct Workspace {
   std::pair<const float*, Index> prepare(const float* x, Index x_stride, Index n, Index cols, Needs needs) {
     const bool on_lines =
         reinterpret_cast<uintptr_t>(x) % kCacheLine == 0 && (x_stride * sizeof(float)) % kCacheLine == 0;
+    if (needs.k_major && n > 1) to_groups(x, x_stride, n, cols);
     if (needs.plain && n > 1 && !on_lines) {
       const Index stride = line_floats(cols);
       if (x_lines.size() < static_cast<size_t>(n * stride)) x_lines.resize(static_cast<size_t>(n * stride));
@@ -84,6 +90,20 @@ struct Workspace {
     }
     return {x, x_stride};
   }
+  // x [n, cols] into x_groups: position i's x[k] at group i / G, [k][i % G] (zero past n).
+  void to_groups(const float* x, Index x_stride, Index n, Index cols) {
+    constexpr Index G = f32_panels::kGroup;
+    const Index groups = (n + G - 1) / G;
+    if (x_groups.size() < static_cast<size_t>(groups * cols * G)) x_groups.resize(static_cast<size_t>(groups * cols * G));
+    for (Index g = 0; g < groups; ++g) {
+      float* to = x_groups.data() + g * cols * G;
+      const Index count = std::min(G, n - g * G);
+      for (Index k = 0; k < cols; ++k) {
+        for (Index j = 0; j < count; ++j) to[k * G + j] = x[(g * G + j) * x_stride + k];
+        std::fill(to + k * G + count, to + (k + 1) * G, 0.0f);
+      }
+    }
+  }
   // The inputs of positions [0, n), n < kernels->gemm_from(F::id), for format F (after prepare() for F).
   template <class F>
   std::array<DecodeInput, kMaxDecodePositions> inputs(const float* x, Index x_stride, Index cols, Index n) const {
@@ -94,6 +114,9 @@ struct Workspace {
       d.x = x + i * x_stride;
       if constexpr (F::kQuantizedInput) d.xq = xq.data() + i * blocks * q8::kBlock, d.xd = xd.data() + i * blocks;
       if constexpr (F::kPairedInput) d.x_pairs = x_pairs.data() + i * cols;
+      if constexpr (F::kKMajorInput) {
+        if (n > 1) d.xk = x_groups.data() + (i / f32_panels::kGroup) * cols * f32_panels::kGroup + i % f32_panels::kGroup;
+      }
     }
     return in;
   }

@@ -25,6 +25,8 @@ struct Ops {
   static constexpr bool kMasked = false;
   static V zero() { return vdupq_n_f32(0.0f); }
   static V load(const float* p) { return vld1q_f32(p); }
+  static void store(float* p, V v) { vst1q_f32(p, v); }
+  static V set1(float v) { return vdupq_n_f32(v); }
   static V load(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
   static V madd(V acc, V a, V b) { return vfmaq_f32(acc, a, b); }
   static V add(V a, V b) { return vaddq_f32(a, b); }

@@ -25,6 +25,7 @@
 
 #include "minimind/detail/kernels/simd.hpp"
 #include "minimind/detail/kernels/f32.hpp"
+#include "minimind/detail/kernels/f32_panels.hpp"
 #include "minimind/detail/kernels/bf16.hpp"
 #include "minimind/detail/kernels/q8.hpp"
 #include "minimind/detail/kernels/gemm.hpp"
@@ -68,7 +69,7 @@ constexpr decltype(Kernels::gemm_min_rows) gemm_min_rows_table(FormatList<Fs...>
   return {gemm_min_rows_of<Fs>()...};
 }
 
-inline constexpr Kernels kKernels{MINIMIND_STRINGIFY(MINIMIND_TARGET), matvecs(Formats{}), gemm_min_rows_table(Formats{}),
+inline constexpr Kernels kKernels{MINIMIND_STRINGIFY(MINIMIND_TARGET), MINIMIND_AVX512 == 1, matvecs(Formats{}), gemm_min_rows_table(Formats{}),
                                   &q8::MINIMIND_TARGET::quantize_activations, &gemm_each,
                                   &silu_mul, &attend_heads};
 

@@ -4,6 +4,7 @@
 // through a table (Workspace::kernels), by default the one of active().
 #include "minimind/detail/kernels/bf16.hpp"
 #include "minimind/detail/kernels/f32.hpp"
+#include "minimind/detail/kernels/f32_panels.hpp"
 #include "minimind/detail/kernels/format.hpp"
 #include "minimind/detail/kernels/formats.hpp"
 #include "minimind/detail/kernels/gemm.hpp"
@@ -58,6 +59,8 @@ struct MatvecsOf<FormatList<Fs...>> {
 // One target's kernels.
 struct Kernels {
   const char* name;                  // "avx512", "avx2", "neon", "wasm_simd128" or "scalar"
+  // Whether f32 models are held in f32_panels here (the loader asks): where that measured faster.
+  bool f32_panels;
   MatvecsOf<Formats>::type matvecs;  // each format's decode products
   // Per format (in WeightFormat order): from how many positions its products run on the GEMM.
   std::array<Index, std::tuple_size_v<MatvecsOf<Formats>::type>> gemm_min_rows;

@@ -19,6 +19,8 @@ struct Ops {
   static constexpr bool kMasked = false;
   static V zero() { return wasm_f32x4_splat(0.0f); }
   static V load(const float* p) { return wasm_v128_load(p); }
+  static void store(float* p, V v) { wasm_v128_store(p, v); }
+  static V set1(float v) { return wasm_f32x4_splat(v); }
   static V load(const uint16_t* p) { return wasm_i32x4_shl(wasm_u32x4_load16x4(p), 16); }
   static V madd(V acc, V a, V b) { return wasm_f32x4_add(acc, wasm_f32x4_mul(a, b)); }
   static V add(V a, V b) { return wasm_f32x4_add(a, b); }

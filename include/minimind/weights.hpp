@@ -121,6 +121,10 @@ class WeightLoader {
         return Weight<T>::template packed<kernels::bf16::Format>(
             t.owner, {reinterpret_cast<const uint16_t*>(t.bytes.data()), rows, cols}, true);
       }
+      // Converted straight from the file's f32 values (no temporary f32 copy; nothing of the file kept).
+      if (t.dtype == io::Dtype::F32 && address % alignof(T) == 0 && format != WeightFormat::F32) {
+        return Weight<T>::view(nullptr, reinterpret_cast<T*>(t.bytes.data()), rows, cols).to_format(format, *arena_);
+      }
     }
     const std::byte* src = t.bytes.data();
     return make_weight(rows, cols, format, [&](T* data) {

@@ -147,7 +147,8 @@ inline void products(const View& w, const Positions& x, float* y, Index y_stride
   Index p = begin / kRows;
   const Index last = (end + kRows - 1) / kRows;
   // One position or a few: their FMA chains would wait on each other, so several panels at once
-  // (one position: 4 panels 1.0-1.1x 1 or 2 at a time, 8 at half the speed).
+  // (one position, tg128 at 1 and 2 threads: 4 panels at once 1.0-1.1x of 1 or 2; 8 ran at half
+  // the speed).
   auto several = [&]<int P, int NP>() {
     for (; p + NP <= last; p += NP) {
       __mmask16 store[NP];

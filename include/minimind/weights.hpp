@@ -4,11 +4,11 @@
 // an Error naming the file, the tensor and the element (see WeightLoader::check_finite). Finite
 // weights that overflow during a forward pass give inf/NaN logits, which the Sampler refuses.
 // A tensor stored as that format is used in place inside the loaded file (zero copy): F32 held as
-// row-major f32, BF16 held as bf16. f32 is held in f32_panels instead (16 rows k-major, a copy in
-// our own buffer) where the active kernels read that faster (LoadOptions::f32_panels). Anything else is converted once into an owned buffer: F16/BF16 widened
-// exactly to f32, or f32 values rounded to bf16 or quantized to q8 (kernels/q8.hpp), held in a
-// WeightArena (huge pages: decode reads them faster). Shapes are
-// checked here against the config, with the tensor's name and the config field in the message.
+// row-major f32, BF16 held as bf16. Anything else is converted once into an owned buffer: F16/BF16
+// widened exactly to f32, or f32 values rounded to bf16, quantized to q8 (kernels/q8.hpp) or laid
+// out in f32_panels (which f32 models are held in where the active kernels read that faster,
+// LoadOptions::f32_panels), held in a WeightArena (huge pages: decode reads them faster). Shapes
+// are checked here against the config, with the tensor's name and the config field in the message.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/safetensors.hpp"
 #include "minimind/detail/kernels/targets.hpp"

@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <span>
 #include <utility>
@@ -35,17 +34,7 @@ inline Index panels_for(Index rows) { return (rows + kRows - 1) / kRows; }
 struct View {
   const float* data = nullptr;
   Index rows = 0, cols = 0;
-  float at(Index r, Index c) const { return data[((r / kRows) * cols + c) * kRows + r % kRows]; }
 };
-
-// The plain reference: y[r] = sum_c W[r, c] x[c] for r in [begin, end).
-inline void matvec_reference(const View& w, const float* x, float* y, Index begin, Index end) {
-  for (Index r = begin; r < end; ++r) {
-    double sum = 0;
-    for (Index c = 0; c < w.cols; ++c) sum += static_cast<double>(w.at(r, c)) * x[c];
-    y[r] = static_cast<float>(sum);
-  }
-}
 
 // f32_panels in the table of formats (format.hpp).
 struct Format {

@@ -1,9 +1,9 @@
 #pragma once
 // The formats a weight matrix can be held in, chosen when a model is loaded, and what every
-// format's operations share. Each format is one file (f32.hpp, bf16.hpp, q8.hpp) that ends in its
-// `Format` traits: its name, bytes, conversion from f32, row widening (embedding lookup), the
-// decode matrix-vector product, and the GEMM's block of widened rows and their cache lines (or,
-// f32_panels, products of its own that the GEMM calls).
+// format's operations share. Each format is one file (f32.hpp, bf16.hpp, q8.hpp, f32_panels.hpp)
+// that ends in its `Format` traits: its name, bytes, conversion from f32, row widening (embedding
+// lookup), the decode matrix-vector product, and the GEMM's block of widened rows and their cache
+// lines (or, f32_panels, products of its own that the GEMM calls).
 // formats.hpp lists them; linear, gemm, Weight and the loader go through that list only.
 #include "minimind/tensor.hpp"
 

@@ -43,8 +43,12 @@ struct Workspace {
     if (xq.size() < blocks * q8::kBlock) xq.resize(blocks * q8::kBlock);
     if (xd.size() < blocks) xd.resize(blocks);
     if (x_pairs.size() < static_cast<size_t>(rows * cols)) x_pairs.resize(static_cast<size_t>(rows * cols));
-    const Index grouped = (rows + f32_panels::kGroup - 1) / f32_panels::kGroup * f32_panels::kGroup * cols;
-    if (x_groups.size() < static_cast<size_t>(grouped)) x_groups.resize(static_cast<size_t>(grouped));
+    if (x_groups.size() < grouped_floats(rows, cols)) x_groups.resize(grouped_floats(rows, cols));
+  }
+  // Floats of x_groups for n positions: none for one (its product reads x itself).
+  static size_t grouped_floats(Index n, Index cols) {
+    constexpr Index G = f32_panels::kGroup;
+    return n > 1 ? static_cast<size_t>((n + G - 1) / G * G * cols) : 0;
   }
   // What format F's decode product reads: x itself (every format but the quantized-input ones),
   // x quantized, x in pair order, x in k-major groups.
@@ -93,9 +97,8 @@ struct Workspace {
   // x [n, cols] into x_groups: position i's x[k] at group i / G, [k][i % G] (zero past n).
   void to_groups(const float* x, Index x_stride, Index n, Index cols) {
     constexpr Index G = f32_panels::kGroup;
-    const Index groups = (n + G - 1) / G;
-    if (x_groups.size() < static_cast<size_t>(groups * cols * G)) x_groups.resize(static_cast<size_t>(groups * cols * G));
-    for (Index g = 0; g < groups; ++g) {
+    if (x_groups.size() < grouped_floats(n, cols)) x_groups.resize(grouped_floats(n, cols));
+    for (Index g = 0; g * G < n; ++g) {
       float* to = x_groups.data() + g * cols * G;
       const Index count = std::min(G, n - g * G);
       for (Index k = 0; k < cols; ++k) {

@@ -666,7 +666,8 @@ TEST_CASE("AVX-512 decode products: asking for the weights ahead (decode_prefetc
     return;
   }
   MESSAGE("decode prefetch on this CPU: " << kernels::decode_prefetch_ahead() << " bytes ahead");
-  CHECK((kernels::decode_prefetch_ahead() == 0 || kernels::decode_prefetch_ahead() == kernels::kDecodePrefetchAhead));
+  CHECK((kernels::decode_prefetch_ahead() == 0 || kernels::decode_prefetch_ahead() == kernels::kDecodePrefetchAhead ||
+         kernels::decode_prefetch_ahead() == kernels::kDecodePrefetchAheadZen5));
   constexpr uintptr_t kAhead = kernels::kDecodePrefetchAhead;
   for (Index cols : {17, 100, 512, 777}) {
     CAPTURE(cols);

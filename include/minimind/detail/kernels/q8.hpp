@@ -249,8 +249,7 @@ inline __m256i load_x(const int16_t* x) { return _mm256_loadu_si256(reinterpret_
 // Rows [r, r + 4) of a whole group: y[r + i] = W[r + i, :] . x, reading the group's interleaved
 // blocks in order, each step's two lines asked for `ahead` bytes early unless 0 (matvec: on AVX2
 // 1 KiB, as decode from DRAM got 14-18% faster on a Zen 3, paired runs, median, 2 KiB gaining
-// less; on AVX-512 simd::decode_ahead(), none on a Zen 5, where minimind2-small decoded 1.21x as fast
-// without). The combined
+// less; on AVX-512 simd::decode_ahead(), the distance this CPU measured best). The combined
 // scales d_w * d_x of 8 blocks stay in registers. AVX-512 runs this one too: a 512-bit kernel
 // (one vpdpwssd per block and row, scales broadcast from L1) decoded 0.81-1.02x as fast on a Zen 5.
 inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y, uintptr_t ahead) {

@@ -668,43 +668,46 @@ TEST_CASE("AVX-512 decode products: asking for the weights ahead (decode_prefetc
   MESSAGE("decode prefetch on this CPU: " << kernels::decode_prefetch_ahead() << " bytes ahead");
   CHECK((kernels::decode_prefetch_ahead() == 0 || kernels::decode_prefetch_ahead() == kernels::kDecodePrefetchAhead ||
          kernels::decode_prefetch_ahead() == kernels::kDecodePrefetchAheadZen5));
-  constexpr uintptr_t kAhead = kernels::kDecodePrefetchAhead;
-  for (Index cols : {17, 100, 512, 777}) {
-    CAPTURE(cols);
-    const Index rows = 8;
-    const MatrixRM<float> m = random_matrix(rows, cols, static_cast<uint32_t>(cols * 31), 0.05f);
-    const MatrixRM<float> x = random_matrix(1, cols, static_cast<uint32_t>(cols + 5));
-    for (Index r = 0; r < rows; ++r) {
-      const float* w = m.data() + r * cols;
-      CHECK(kernels::f32::avx512::dot(w, x.data(), cols, kAhead) == kernels::f32::avx512::dot(w, x.data(), cols, 0));
+  // Each distance a CPU may be given.
+  for (uintptr_t kAhead : {kernels::kDecodePrefetchAhead, kernels::kDecodePrefetchAheadZen5}) {
+    for (Index cols : {17, 100, 512, 777}) {
+      CAPTURE(kAhead);
+      CAPTURE(cols);
+      const Index rows = 8;
+      const MatrixRM<float> m = random_matrix(rows, cols, static_cast<uint32_t>(cols * 31), 0.05f);
+      const MatrixRM<float> x = random_matrix(1, cols, static_cast<uint32_t>(cols + 5));
+      for (Index r = 0; r < rows; ++r) {
+        const float* w = m.data() + r * cols;
+        CHECK(kernels::f32::avx512::dot(w, x.data(), cols, kAhead) == kernels::f32::avx512::dot(w, x.data(), cols, 0));
+      }
+      const Weight<float> b = Weight<float>::owned(m).to_format(WeightFormat::BF16);
+      std::vector<float> x_pairs(static_cast<size_t>(cols));
+      kernels::bf16::to_pair_order(x.data(), cols, x_pairs.data());
+      // Both ways of widening (decode_bf16_extended picks one per CPU), against the reference.
+      MESSAGE("bf16 decode on this CPU: " << std::string(kernels::decode_bf16_extended() ? "zero-extended" : "pair order"));
+      for (Index r = 0; r < rows; ++r) {
+        const uint16_t* w = b.bf16_data() + r * cols;
+        float ref = 0;
+        kernels::bf16::matvec_reference(w, cols, x.data(), &ref, 0, 1);
+        const float pairs = kernels::bf16::avx512::dot(w, x.data(), x_pairs.data(), cols, kAhead);
+        const float extended = kernels::bf16::avx512::dot_extended(w, x.data(), cols, kAhead);
+        CHECK(pairs == kernels::bf16::avx512::dot(w, x.data(), x_pairs.data(), cols, 0));
+        CHECK(extended == kernels::bf16::avx512::dot_extended(w, x.data(), cols, 0));
+        CHECK(pairs == doctest::Approx(ref).epsilon(1e-5).scale(1));
+        CHECK(extended == doctest::Approx(ref).epsilon(1e-5).scale(1));
+      }
+      const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
+      const Index blocks = kernels::q8::blocks_for(cols);
+      std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
+      std::vector<float> xd(static_cast<size_t>(blocks));
+      kernels::q8::avx512::quantize_activations(x.data(), cols, xq.data(), xd.data());
+      std::vector<float> with(rows), without(rows);
+      for (Index r = 0; r < rows; r += kernels::q8::kGroup) {
+        kernels::q8::avx512::group(q.q8_view(), r, xq.data(), xd.data(), with.data(), kAhead);
+        kernels::q8::avx512::group(q.q8_view(), r, xq.data(), xd.data(), without.data(), 0);
+      }
+      CHECK(with == without);
     }
-    const Weight<float> b = Weight<float>::owned(m).to_format(WeightFormat::BF16);
-    std::vector<float> x_pairs(static_cast<size_t>(cols));
-    kernels::bf16::to_pair_order(x.data(), cols, x_pairs.data());
-    // Both ways of widening (decode_bf16_extended picks one per CPU), against the reference.
-    MESSAGE("bf16 decode on this CPU: " << std::string(kernels::decode_bf16_extended() ? "zero-extended" : "pair order"));
-    for (Index r = 0; r < rows; ++r) {
-      const uint16_t* w = b.bf16_data() + r * cols;
-      float ref = 0;
-      kernels::bf16::matvec_reference(w, cols, x.data(), &ref, 0, 1);
-      const float pairs = kernels::bf16::avx512::dot(w, x.data(), x_pairs.data(), cols, kAhead);
-      const float extended = kernels::bf16::avx512::dot_extended(w, x.data(), cols, kAhead);
-      CHECK(pairs == kernels::bf16::avx512::dot(w, x.data(), x_pairs.data(), cols, 0));
-      CHECK(extended == kernels::bf16::avx512::dot_extended(w, x.data(), cols, 0));
-      CHECK(pairs == doctest::Approx(ref).epsilon(1e-5).scale(1));
-      CHECK(extended == doctest::Approx(ref).epsilon(1e-5).scale(1));
-    }
-    const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q8);
-    const Index blocks = kernels::q8::blocks_for(cols);
-    std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
-    std::vector<float> xd(static_cast<size_t>(blocks));
-    kernels::q8::avx512::quantize_activations(x.data(), cols, xq.data(), xd.data());
-    std::vector<float> with(rows), without(rows);
-    for (Index r = 0; r < rows; r += kernels::q8::kGroup) {
-      kernels::q8::avx512::group(q.q8_view(), r, xq.data(), xd.data(), with.data(), kAhead);
-      kernels::q8::avx512::group(q.q8_view(), r, xq.data(), xd.data(), without.data(), 0);
-    }
-    CHECK(with == without);
   }
 }
 #endif

@@ -250,8 +250,10 @@ inline __m256i load_x(const int16_t* x) { return _mm256_loadu_si256(reinterpret_
 // blocks in order, each step's two lines asked for `ahead` bytes early unless 0 (matvec: on AVX2
 // 1 KiB, as decode from DRAM got 14-18% faster on a Zen 3, paired runs, median, 2 KiB gaining
 // less; on AVX-512 simd::decode_ahead(), the distance this CPU measured best). The combined
-// scales d_w * d_x of 8 blocks stay in registers. AVX-512 runs this one too: a 512-bit kernel
-// (one vpdpwssd per block and row, scales broadcast from L1) decoded 0.81-1.02x as fast on a Zen 5.
+// scales d_w * d_x of 8 blocks stay in registers. AVX-512 runs this one too: on a Zen 5 a 512-bit
+// kernel (one vpdpwssd per block and row, scales broadcast from L1) decoded 0.81-1.02x as fast, and
+// one with two rows a vector, the bytes spread to int16 by unpacking and a shift instead of
+// vpmovsxbw, 1.4-1.6x as fast from L2 but 0.85-0.93x in decode.
 inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y, uintptr_t ahead) {
   const int8_t* q = w.q + r * w.blocks * kBlock;  // block b of row r + i at q + (4 b + i) * 32
   const uint16_t* d0 = w.d + r * w.blocks;

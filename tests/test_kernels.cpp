@@ -811,56 +811,63 @@ TEST_CASE("silu_mul of every target: within 2e-7 (relative; 1e-35 absolute, for 
   }
 }
 
+// With the scratch (`panels`), blocks of 8 or more queries whose heads are whole panels wide
+// (64, 96) go through the x86 targets' register tiles (attend_tiled), the rest row by row; 9 x 300
+// crosses a block of values (kernels::kAttentionValueKeys) and ends inside a panel of keys.
 TEST_CASE("attend_heads of every target: causal softmax(q k^T * scale) v of each head against the double formula") {
   for (const kernels::Kernels* k : runnable_targets()) {
     for (const Index head_dim : {Index{64}, Index{96}, Index{5}, Index{40}}) {
+      LineVector<float> panels(static_cast<size_t>(kernels::attention_panel_floats(head_dim)));
       for (const Index heads : {Index{1}, Index{2}, Index{4}, Index{7}}) {  // 7: a group of 4, then 3
-        for (const auto& shape : {std::pair<Index, Index>{1, 1}, {1, 300}, {3, 1}, {17, 9}, {32, 100}}) {
-          const Index m = shape.first, fv = shape.second;  // rows, and the keys the first row sees
-          CAPTURE(std::string(k->name));
-          CAPTURE(head_dim);
-          CAPTURE(heads);
-          CAPTURE(m);
-          CAPTURE(fv);
-          const Index reach = fv + m - 1;
-          const MatrixRM<float> q = random_matrix(m, heads * head_dim + 3, 21);  // rows with an outer stride
-          const MatrixRM<float> keys = random_matrix(reach, head_dim, 22), values = random_matrix(reach, head_dim, 23);
-          const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-          MatrixRM<float> scores = MatrixRM<float>::Constant(heads * m, reach + 2, 99.0f);
-          MatrixRM<float> out = MatrixRM<float>::Constant(m, heads * head_dim + 1, 99.0f);
-          k->attend_heads({.q = q.data(), .q_stride = q.cols(), .m = m, .heads = heads, .first_visible = fv,
-                           .keys = keys.data(), .values = values.data(), .head_dim = head_dim, .scale = scale,
-                           .scores = scores.data(), .scores_stride = scores.cols(), .out = out.data(),
-                           .out_stride = out.cols()});
-          double worst_p = 0, worst_out = 0;
-          for (Index g = 0; g < heads; ++g) {
-            for (Index i = 0; i < m; ++i) {
-              const Index visible = fv + i;
-              std::vector<double> p(static_cast<size_t>(visible));
-              double top = -1e300, sum = 0;
-              for (Index j = 0; j < visible; ++j) {
-                double s = 0;
-                for (Index c = 0; c < head_dim; ++c) s += double(q(i, g * head_dim + c)) * keys(j, c);
-                p[static_cast<size_t>(j)] = s;
-                top = std::max(top, s);
-              }
-              for (double& v : p) sum += v = std::exp((v - top) * scale);
-              for (Index j = 0; j < reach; ++j) {
-                const double expected = j < visible ? p[static_cast<size_t>(j)] / sum : 0.0;
-                worst_p = testing::worse(worst_p, std::abs(scores(g * m + i, j) - expected));
-                if (j >= visible) CHECK(scores(g * m + i, j) == 0.0f);
-              }
-              for (Index c = 0; c < head_dim; ++c) {
-                double expected = 0;
-                for (Index j = 0; j < visible; ++j) expected += p[static_cast<size_t>(j)] / sum * values(j, c);
-                worst_out = testing::worse(worst_out, std::abs(out(i, g * head_dim + c) - expected));
+        for (const auto& shape : {std::pair<Index, Index>{1, 1}, {1, 300}, {3, 1}, {17, 9}, {32, 100}, {9, 300}}) {
+          for (const bool with_panels : {false, true}) {
+            const Index m = shape.first, fv = shape.second;  // rows, and the keys the first row sees
+            CAPTURE(std::string(k->name));
+            CAPTURE(head_dim);
+            CAPTURE(heads);
+            CAPTURE(m);
+            CAPTURE(fv);
+            CAPTURE(with_panels);
+            const Index reach = fv + m - 1;
+            const MatrixRM<float> q = random_matrix(m, heads * head_dim + 3, 21);  // rows with an outer stride
+            const MatrixRM<float> keys = random_matrix(reach, head_dim, 22), values = random_matrix(reach, head_dim, 23);
+            const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+            MatrixRM<float> scores = MatrixRM<float>::Constant(heads * m, reach + 2, 99.0f);
+            MatrixRM<float> out = MatrixRM<float>::Constant(m, heads * head_dim + 1, 99.0f);
+            k->attend_heads({.q = q.data(), .q_stride = q.cols(), .m = m, .heads = heads, .first_visible = fv,
+                             .keys = keys.data(), .values = values.data(), .head_dim = head_dim, .scale = scale,
+                             .scores = scores.data(), .scores_stride = scores.cols(), .out = out.data(),
+                             .out_stride = out.cols(), .panels = with_panels ? panels.data() : nullptr});
+            double worst_p = 0, worst_out = 0;
+            for (Index g = 0; g < heads; ++g) {
+              for (Index i = 0; i < m; ++i) {
+                const Index visible = fv + i;
+                std::vector<double> p(static_cast<size_t>(visible));
+                double top = -1e300, sum = 0;
+                for (Index j = 0; j < visible; ++j) {
+                  double s = 0;
+                  for (Index c = 0; c < head_dim; ++c) s += double(q(i, g * head_dim + c)) * keys(j, c);
+                  p[static_cast<size_t>(j)] = s;
+                  top = std::max(top, s);
+                }
+                for (double& v : p) sum += v = std::exp((v - top) * scale);
+                for (Index j = 0; j < reach; ++j) {
+                  const double expected = j < visible ? p[static_cast<size_t>(j)] / sum : 0.0;
+                  worst_p = testing::worse(worst_p, std::abs(scores(g * m + i, j) - expected));
+                  if (j >= visible) CHECK(scores(g * m + i, j) == 0.0f);
+                }
+                for (Index c = 0; c < head_dim; ++c) {
+                  double expected = 0;
+                  for (Index j = 0; j < visible; ++j) expected += p[static_cast<size_t>(j)] / sum * values(j, c);
+                  worst_out = testing::worse(worst_out, std::abs(out(i, g * head_dim + c) - expected));
+                }
               }
             }
+            CHECK(worst_p <= 1e-6);
+            CHECK(worst_out <= 1e-5);
+            CHECK((scores.rightCols(2).array() == 99.0f).all());  // nothing past each row's reach is written
+            CHECK((out.rightCols(1).array() == 99.0f).all());
           }
-          CHECK(worst_p <= 1e-6);
-          CHECK(worst_out <= 1e-5);
-          CHECK((scores.rightCols(2).array() == 99.0f).all());  // nothing past each row's reach is written
-          CHECK((out.rightCols(1).array() == 99.0f).all());
         }
       }
     }

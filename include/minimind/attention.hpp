@@ -7,6 +7,7 @@
 // A step's rows may belong to several sequences (a batch); only attend tells them apart.
 #include "minimind/config.hpp"
 #include "minimind/detail/kernels/linear.hpp"
+#include "minimind/detail/line_aligned.hpp"
 #include "minimind/kv_cache.hpp"
 #include "minimind/rms_norm.hpp"
 #include "minimind/rope.hpp"
@@ -32,6 +33,7 @@ struct AttentionScratch {
   MatrixRM<T> out;       // [rows, heads * head_dim] the heads' weighted values, before o_proj
   MatrixRM<T> scores;    // [threads * group * query_block, context] per thread a block of score rows per head of a group
   MatrixRM<T> probs;     // [heads * rows, keys] kept for an observer only
+  LineVector<T> panels;  // per thread: kernels::attention_panel_floats(head_dim), the tiles' packed keys and values
   Index query_block = 1;
 
   void reserve(const Config& c, Index rows, Index context, int threads) {
@@ -48,6 +50,8 @@ struct AttentionScratch {
     if (score_rows > scores.rows() || context > scores.cols()) {
       scores.resize(std::max(score_rows, scores.rows()), std::max(context, scores.cols()));
     }
+    const auto panel_floats = static_cast<size_t>(threads * kernels::attention_panel_floats(c.head_dim));
+    if (rows > 1 && panels.size() < panel_floats) panels.resize(panel_floats);
   }
 };
 
@@ -141,6 +145,7 @@ class Attention {
             .scores_stride = scores.outerStride(),
             .out = &s.out(seq.first_row + i0, h0 * head_dim_),
             .out_stride = s.out.outerStride(),
+            .panels = s.panels.empty() ? nullptr : s.panels.data() + thread * kernels::attention_panel_floats(head_dim_),
         });
         if (keep_probs) {
           for (Index g = 0; g < group; ++g) s.probs.block((h0 + g) * seq.rows + i0, 0, m, reach) = scores.middleRows(g * m, m);

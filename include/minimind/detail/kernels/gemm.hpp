@@ -226,13 +226,14 @@ inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, con
   else micro_kernel_width<8>(mr, kc, w, w_stride, xp, ct, ct_stride, accumulate, next);
 }
 #elif MINIMIND_AVX2
+// Unaligned: attention's tiles are rows of its scores and outputs (ops.hpp).
 inline void store_tile_row(float* c, __m256 lo, __m256 hi, bool accumulate) {
   if (accumulate) {
-    lo = _mm256_add_ps(lo, _mm256_load_ps(c));
-    hi = _mm256_add_ps(hi, _mm256_load_ps(c + 8));
+    lo = _mm256_add_ps(lo, _mm256_loadu_ps(c));
+    hi = _mm256_add_ps(hi, _mm256_loadu_ps(c + 8));
   }
-  _mm256_store_ps(c, lo);
-  _mm256_store_ps(c + 8, hi);
+  _mm256_storeu_ps(c, lo);
+  _mm256_storeu_ps(c + 8, hi);
 }
 
 // The full tile, written out so that all 12 accumulators stay in registers:

@@ -330,7 +330,8 @@ inline void attend_tiled(const HeadAttention<float>& a) {
   }
 }
 
-// Fewer queries than this go row by row: tiles of so few rows gain nothing.
+// Fewer queries than this go row by row, where a tile would be mostly empty rows. For short
+// prompts the choice hardly shows: bf16 pp8 to pp32 at one thread ran 0.99-1.08x of row by row.
 inline constexpr Index kTiledMinQueries = 8;
 
 // A block of queries in tiles (attend_tiled) where the caller gave the scratch and the heads are

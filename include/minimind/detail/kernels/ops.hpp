@@ -55,10 +55,12 @@ struct HeadAttention {
   Index reach() const { return first_visible + m - 1; }
 };
 
-// Keys whose values attend_tiled packs at once, and the scratch it needs: a panel of up to 32
-// keys transposed, and that many keys' values in panels of columns.
+// The scratch attend_tiled needs: a panel of keys transposed (as many keys as the widest
+// target's GEMM panel of positions, AVX-512's 32), and the values of kAttentionValueKeys keys in
+// panels of columns.
+inline constexpr Index kAttentionKeyPanel = 32;
 inline constexpr Index kAttentionValueKeys = 256;
-inline constexpr Index attention_panel_floats(Index head_dim) { return head_dim * (32 + kAttentionValueKeys); }
+inline constexpr Index attention_panel_floats(Index head_dim) { return head_dim * (kAttentionKeyPanel + kAttentionValueKeys); }
 
 // Per head: the block's scores against every key its last row sees (one matrix product), a
 // causal softmax per row, and the weighted sum of the values (another).
@@ -281,6 +283,7 @@ inline float row_max(const float* p, Index n) {
 inline void attend_tiled(const HeadAttention<float>& a) {
   namespace gemm = gemm_detail::MINIMIND_TARGET;
   constexpr Index P = gemm::kPanel, R = gemm::kRows;
+  static_assert(P <= kAttentionKeyPanel, "attention_panel_floats holds a panel of keys of every target");
   const Index d = a.head_dim, reach = a.reach();
   float* const keys_t = a.panels;            // [d][P]: a panel of keys, k-major as the tiles read it
   float* const values_p = a.panels + d * P;  // [d / P][kAttentionValueKeys][P]

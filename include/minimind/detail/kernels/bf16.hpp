@@ -49,9 +49,9 @@ inline void matvec_reference(const uint16_t* w, Index cols, const float* x, floa
 // The order the x86 decode kernels read the activations in (DecodeInput::x_pairs): in each whole
 // 32 of x the 16 at even offsets, then the 16 at odd; the last cols % 32 as they are. A 32-bit lane
 // of bf16 weights holds an even and an odd weight, which widen by a shift and a mask, with no
-// shuffle, to be multiplied by x in this order; the products stay exact. Decode of a 128 MB
-// matrix from DRAM, one core of a Zen 5: 24.5 GB/s, as fast as f32's stream, against 15 for
-// widening 16 weights at a time (vpmovzxwd) with the software prefetch the AVX2 kernel has.
+// shuffle, to be multiplied by x in this order; the products stay exact. Where this was measured
+// it streamed bf16 from DRAM as fast as f32, well ahead of widening 16 weights at a time
+// (docs/performance.md; the CPUs that prefer the latter: simd::decode_bf16_extended).
 inline constexpr Index kPairBlock = 32;
 inline void to_pair_order(const float* x, Index cols, float* out) {
   Index c = 0;
@@ -186,8 +186,8 @@ inline void dot_tile(const uint16_t* w, Index cols, const DecodeInput* in, float
   simd::store_sums(a0, y, y_stride);
 }
 #elif MINIMIND_AVX2
-// The same in 256-bit vectors (matvec asks 1 KiB ahead here: decode from DRAM got 6-7% faster on
-// a Zen 3, paired runs, median; slower at 2 KiB and more).
+// The same in 256-bit vectors (matvec asks 1 KiB ahead here, the distance that measured best on
+// AVX2).
 inline float dot(const uint16_t* w, const float* x, const float* xp, Index cols, uintptr_t ahead) {
   using S = simd::Avx2;
   const __m256i odd = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -227,8 +227,8 @@ inline float dot(const uint16_t* w, const float* x, Index cols) {
 // The format's entry points on this target (as f32.hpp's).
 namespace minimind::kernels::MINIMIND_TARGET {
 
-// y[r] = float(W[r, :]) x for r in [begin, end), row after row as for f32 (from DRAM: 11.7 GB/s,
-// against 7-8 for four rows side by side, on a Zen 3).
+// y[r] = float(W[r, :]) x for r in [begin, end), row after row as for f32: one sequential stream
+// read faster from DRAM than four rows side by side.
 inline void matvec(const bf16::View& w, const DecodeInput& in, float* y, Index begin, Index end) {
 #if MINIMIND_AVX2
   const uintptr_t ahead = decode_ahead(1024);
@@ -251,11 +251,10 @@ inline void matvec(const bf16::View& w, const DecodeInput& in, float* y, Index b
 #if MINIMIND_AVX512
 // Every position of a decode step at once (targets.hpp: Matvec), as f32's: register tiles of R
 // rows x 2 positions (dot_tile), the last 3 together; one position alone streams row after row
-// (dot). minimind2-small bf16, 2 threads of a Zen 5, aggregate tokens/s (minimind-bench -b, 2
-// rounds) against a chunk at a time for each position: 2 sequences 1.7-2.1x, 4 1.6-2.0x, 8
-// 2.0-2.3x, 12 2.0-2.2x; passes of 4 positions (2 rows) gained 1.1x at 8, of 3 1.2-1.3x; tiles
-// of 3 rows x 4 positions did not fit in the registers (1.0x). From 13 sequences the
-// GEMM and the tiles run alike, so the GEMM takes them as before.
+// (dot). Reading each row once for all positions roughly doubles a small batch's speed over a
+// chunk at a time for each position; 2 positions a pass measured best (bigger tiles do not fit in
+// the registers). From 13 sequences the GEMM and the tiles run alike, so the GEMM takes them.
+// (commit 2d38d3a, minimind-bench -b).
 inline void matvec_positions(const bf16::View& w, std::span<const DecodeInput> in, float* y, Index y_stride,
                              Index begin, Index end) {
   if (in.size() == 1) {

@@ -119,8 +119,8 @@ inline void dot_positions(const float* w, Index cols, const DecodeInput* in, flo
 #if MINIMIND_AVX512
 // Rows w_r = w + r * cols (r < R) against positions x_p (p < P): y[p * y_stride + r] = w_r . x_p.
 // A register tile: per 16 columns, R weight vectors and P input vectors feed R x P FMAs, so a
-// step loads R + P vectors for R P products (dot_positions loads one per product, and on a Zen 5
-// waited on those loads). Each (row, position) is one FMA chain over the row's vectors, a masked
+// step loads R + P vectors for R P products (dot_positions loads one per product, and waited on
+// those loads). Each (row, position) is one FMA chain over the row's vectors, a masked
 // last one included, then the lanes' sum: the same order whatever R and P, so a position gets
 // bit for bit the same in any batch (test_kernels). With several positions the next tile's
 // lines are asked for while this one is multiplied.
@@ -162,9 +162,9 @@ inline void dot_tile(const float* w, Index cols, const DecodeInput* in, float* y
 namespace minimind::kernels::MINIMIND_TARGET {
 
 // y[r] = W[r, :] x for r in [begin, end), one row after another: the weights are then one
-// sequential stream, which the hardware prefetcher follows best (from DRAM on a Zen 3: 14 GB/s,
-// against 12 for four rows read side by side); x stays in L1. On AVX-512 the stream is also
-// asked for ahead where that measured faster (decode_ahead, simd.hpp).
+// sequential stream, which the hardware prefetcher follows best (faster from DRAM than four rows
+// read side by side); x stays in L1. On AVX-512 the stream is also asked for ahead where that
+// measured faster (decode_ahead, simd.hpp).
 inline void matvec(const f32::View& w, const DecodeInput& in, float* y, Index begin, Index end) {
   const uintptr_t ahead = decode_ahead(0);
   for (Index r = begin; r < end; ++r) y[r] = f32::MINIMIND_TARGET::dot(w.data + r * w.cols, in.x, w.cols, ahead);
@@ -176,10 +176,9 @@ inline void matvec(const f32::View& w, const DecodeInput& in, float* y, Index be
 // chunks of 64 rows, each chunk for 6 positions at a time, then again from cache for the next 6.
 // One position (a sequence's own decode) streams row after row (dot), measured faster alone than
 // any tile; so on this target a batch's sums differ from a sequence's alone by rounding (one
-// chain per product against four), while in any batch they are the same. minimind2-small f32, 2
-// threads of a Zen 5, aggregate tokens/s (minimind-bench -b, 2 rounds) against dot_positions: 4
-// sequences 1.6-1.7x, 6 2.0x, 8 1.7x, 12 1.8-1.9x; tiles of up to 8 positions (3 rows) ran 8
-// sequences at 0.55x of these, tiles of up to 4 ran 12 at 0.85x.
+// chain per product against four), while in any batch they are the same. Up to 6 positions a
+// tile measured best: smaller tiles read the rows more often, larger ones run out of registers
+// (commit 16877d9, minimind-bench -b).
 inline void matvec_positions(const f32::View& w, std::span<const DecodeInput> in, float* y, Index y_stride,
                              Index begin, Index end) {
   if (in.size() == 1) {
@@ -205,16 +204,14 @@ inline void matvec_positions(const f32::View& w, std::span<const DecodeInput> in
 }
 
 // From how many positions a product runs on the GEMM rather than matvec_positions (targets.hpp):
-// with the tiles, 13 to 24 sequences decode 1.3-1.5x faster than on the GEMM, 32 the same
-// (minimind-bench -b, as above).
+// the tiles are faster than the GEMM up to some 24 sequences and equal at 32 (commit 16877d9).
 constexpr Index gemm_min_rows(const f32::View&) { return 32; }
 #elif MINIMIND_AVX2
 // Every position of a decode step at once (targets.hpp: Matvec): y[i * y_stride + r] = W[r, :] x_i;
 // for several positions in chunks of 64 rows, each chunk row after row for 2 positions at a time
-// (8 accumulators of the 16 ymm), then again from cache for the next 2. On one core of a Zen 5
-// (this kernel with 4 positions a pass in zmm, before the tiles), minimind2-small f32, aggregate
-// decode tokens/s (minimind-bench -b, 2 rounds) against chunks of 16 rows for one position after
-// another: 2 sequences 1.30x, 4 1.55x, 8 1.60x.
+// (8 accumulators of the 16 ymm), then again from cache for the next 2: each chunk comes from
+// memory once for all positions, well ahead of chunks of rows for one position after another
+// (commit cd66aaf, minimind-bench -b).
 inline void matvec_positions(const f32::View& w, std::span<const DecodeInput> in, float* y, Index y_stride,
                              Index begin, Index end) {
   if (in.size() == 1) {  // one sequence's decode: the same sums, the plain stream

@@ -5,9 +5,9 @@
 // in the lanes and broadcast each position's x[k] against them, every position in one pass.
 // Each (row, position) is one FMA chain over k in order, whatever the number of positions, so a
 // sequence gets bit for bit the same in a batch as alone, and in prefill as in decode.
-// Why (harness, 2 threads of a Zen 5, 102 MB of 512-column rows): 16 positions 1.4-1.5x the
-// row-major register tiles, 1 position 1.3x the row-major dot; the same kernel on row-major rows
-// (16 streams) gained nothing: the layout is what matters. The loader holds f32 models this way
+// Why: reading one stream per panel, rather than one per row, is what lets several positions'
+// products keep up with memory; the same kernel on row-major rows gained nothing (commit 79223f6;
+// docs/performance.md, "Design choices"). The loader holds f32 models this way
 // where the active kernels ask for it (Kernels::f32_panels); the kernels are the target section.
 #ifndef MINIMIND_DETAIL_KERNELS_F32_PANELS_HPP
 #define MINIMIND_DETAIL_KERNELS_F32_PANELS_HPP
@@ -86,9 +86,8 @@ struct Positions {
 // NP panels (panel_floats apart) x P positions: y[p * y_stride + 16 j + i] = sum_k w_j[k][i] x_p[k],
 // rows outside lanes [lo_j, hi_j) of panel j not written. Per k: one load of each panel's line
 // and P FMAs with x_p[k] broadcast from memory. With Ahead each panel's line 8 KiB ahead is asked
-// for at every k: with several positions the loads are too few for the stream to keep up
-// (minimind-bench -b, minimind2-small f32, 2 threads of a Zen 5: 8 to 32 sequences 1.2-1.5x with
-// it; 4 or 16 KiB ahead within noise of 8, 2 KiB slower). One position streams as fast without.
+// for at every k: with several positions the loads are too few for the hardware prefetcher to
+// keep the stream up (8 KiB measured best, commit 79223f6). One position streams as fast without.
 template <int P, int NP, bool Ahead>
 inline void tile(const float* w, Index panel_floats, Index cols, const float* xk, Index lanes, float* y,
                  Index y_stride, const __mmask16* store) {
@@ -136,8 +135,7 @@ inline void products(const View& w, const Positions& x, float* y, Index y_stride
   Index p = begin / kRows;
   const Index last = (end + kRows - 1) / kRows;
   // One position or a few: their FMA chains would wait on each other, so several panels at once
-  // (one position, tg128 at 1 and 2 threads: 4 panels at once 1.0-1.1x of 1 or 2; 8 ran at half
-  // the speed).
+  // (4 measured best; 8 ran out of registers).
   auto several = [&]<int P, int NP>() {
     for (; p + NP <= last; p += NP) {
       __mmask16 store[NP];

@@ -58,8 +58,8 @@ namespace gemm_detail {
 
 inline constexpr Index kKc = 256;    // columns per block
 // Weight rows a thread takes at a time: kChunkRows, or twice that while every thread still gets
-// at least four chunks of the step's products (on an Intel Xeon, 2 threads, pp128 f32 1.03-1.05x
-// with 96 rows than with 48: each chunk starts on weights that were not asked for ahead). Both
+// at least four chunks of the step's products: each chunk starts on weights that were not asked
+// for ahead, so fewer, longer chunks measured faster (commit 93995ee). Both
 // are multiples of kRows and of f32_panels' 16 rows, so a chunk is whole panels.
 inline constexpr Index kChunkRows = 48;
 
@@ -115,8 +115,8 @@ struct NextBlock {
 // A tile of R rows x W positions: ct[i][0..W) (+)= sum_k w[i][k] * xp[k][0..W) for i < R, with
 // W = 32 (two zmm per row), 16 (one zmm) or 8 (one ymm). The narrow tiles serve a panel's valid
 // positions when it has few (a decode step of a small batch, the last panel of a prompt): with
-// only the full tile, 8 sequences cost as much as 32. On Zen 5 ymm FMAs issue twice as often as
-// zmm ones, so 8 positions in ymm take half the time of 16 in zmm. The loops over i have constant
+// only the full tile, 8 sequences cost as much as 32. On CPUs that issue ymm FMAs twice as often
+// as zmm ones, 8 positions in ymm take half the time of 16 in zmm. The loops over i have constant
 // bounds and are unrolled, so the accumulators stay in registers.
 template <int W>
 struct TileVector {
@@ -130,7 +130,7 @@ struct TileVector<8> {
 // With Ask, it also asks for next's lines, one every other k, up to next->budget of them.
 // Not inlined: inlined into the bf16/q8 paths, GCC kept one of the 24 accumulators on the stack
 // (its registers held values of the widening code around it), a store and reload every k that
-// took half the kernel's samples (AMD Zen 5, q8 pp128 1 thread 1.14-1.16x, 2 threads 1.10-1.13x).
+// took half the kernel's samples (commit b347210).
 template <int R, int W, bool Ask>
 [[gnu::noinline]] inline void micro_kernel_rows(Index kc, const float* w, Index ws, const float* xp, float* ct, Index cs, bool accumulate,
                               NextBlock* next) {
@@ -152,7 +152,7 @@ template <int R, int W, bool Ask>
   // Row i's weight at k is base[kBase[i]] + kTimes[i] * s: four bases that move with k and one
   // stride cover the 12 rows in x86's base + index * {1, 2, 4, 8} addresses. Twelve row pointers
   // did not fit in the integer registers, and the spills to vector registers (vmovq) took the
-  // port of the FMAs (Intel Xeon, pp128 f32 1 thread: 4-5% faster).
+  // port of the FMAs (commit 4ad2c78).
   const Index s = ws * static_cast<Index>(sizeof(float));
   constexpr int kBase[12] = {0, 0, 0, 1, 0, 1, 2, 1, 0, 3, 2, 1};
   constexpr int kTimes[12] = {0, 1, 2, 0, 4, 2, 0, 4, 8, 0, 4, 8};
@@ -163,8 +163,7 @@ template <int R, int W, bool Ask>
   const uintptr_t* ask = Ask ? next->line + next->asked : nullptr;
   // With one panel (a decode step of 17 to 32 sequences) the whole next block is asked for during
   // this one, more lines than every other k has: then one every k, not the rest in a burst after
-  // the kernel, which stalled on the full miss buffers (minimind-bench -b 32, minimind2-small f32,
-  // one core of a Zen 5: 1.025-1.035x, 3 paired runs).
+  // the kernel, which stalled on the full miss buffers (commit 8e335c2).
   const bool every_k = budget > kc / 2;
   for (Index k = 0; k < kc; ++k, xp += kPanel) {
     if constexpr (Ask) {
@@ -345,8 +344,7 @@ inline void pack_panel(const float* x, Index x_stride, Index n, Index cols, Inde
 
 // y[i][r] = ct[r][i] for r < rows, i < n, 8 positions at a time: each of their rows of y is
 // written whole before the next 8. Going 8 rows at a time over all positions wrote 32 bytes into
-// each of n rows of y per step, and waited on those stores (11% of an Intel Xeon's pp128 f32
-// profile; 4.5% this way).
+// each of n rows of y per step, and waited on those stores (commit 4ad2c78).
 inline void unpack(const float* ct, Index ct_stride, Index rows, Index n, float* y, Index y_stride) {
   Index i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -430,7 +428,7 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
         ensure(scratch.wbuf[static_cast<size_t>(t)], kRows * kKc);
         float* wbuf = scratch.wbuf[static_cast<size_t>(t)].data();
         // kRows rows at a time, each over all its columns in blocks of KC: the rows are read front
-        // to back (on an Intel Xeon 1-4% faster than all rows of one block of columns, then the next).
+        // to back, which measured faster than all rows of one block of columns, then the next.
         for (Index r = r0; r < r1; r += kRows) {
           const Index mr = std::min(kRows, r1 - r);
           for (Index k0 = 0; k0 < cols; k0 += kKc) {
@@ -443,8 +441,7 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
             // the next rows' first), a share of its lines per panel.
             // f32 read in place on AVX-512: the 12-row micro-kernel asks for its share one line
             // every other k (a burst of some 50 before the panel filled the L1 miss buffers and
-            // stalled there: on an Intel Xeon, minimind-bench pp128 f32 at 1 thread 1.04-1.11x,
-            // batches of 32 sequences 1.05-1.13x); the widened formats read their block before the
+            // stalled there: commit 6d5cf98); the widened formats read their block before the
             // kernel and keep the burst.
             NextBlock next;
             if (k0 + kKc < cols) next.set(F::lines(w, r, mr, k0 + kKc, std::min(kKc, cols - k0 - kKc)));

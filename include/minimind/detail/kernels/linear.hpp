@@ -71,8 +71,7 @@ struct Workspace {
   // product; inputs() then gives position i's. Returns where the kernels read x: x itself, or,
   // for several positions whose rows do not start on cache lines (Eigen aligns to what the build's
   // own vectors need) and a format that reads x itself, a copy that does: a register tile's loads
-  // of x would each straddle two lines (one core of a Zen 5, 16 positions against a matrix from
-  // DRAM: 56 against 109 GFLOP/s).
+  // of x would each straddle two lines and run at about half speed (commit b4a3511).
   std::pair<const float*, Index> prepare(const float* x, Index x_stride, Index n, Index cols, Needs needs) {
     const bool on_lines =
         reinterpret_cast<uintptr_t>(x) % kCacheLine == 0 && (x_stride * sizeof(float)) % kCacheLine == 0;

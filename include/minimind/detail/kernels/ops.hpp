@@ -5,8 +5,8 @@
 // The generic versions (Eigen, any T) serve the double model and the targets without their own
 // (scalar, neon, wasm_simd128: there Eigen vectorizes for the build's flags). The x86 targets'
 // sections have their own, on their vectors: in a run-time dispatch build everything outside the
-// sections is compiled for plain x86-64, where Eigen's exp and products ran 4 lanes wide and cost
-// a prefill ~12% (minimind-bench, Zen 5).
+// sections is compiled for plain x86-64, where Eigen's exp and products ran 4 lanes wide and
+// cost a noticeable share of a prefill (docs/performance.md, "Design choices").
 #ifndef MINIMIND_DETAIL_KERNELS_OPS_HPP
 #define MINIMIND_DETAIL_KERNELS_OPS_HPP
 #include "minimind/detail/kernels/gemm.hpp"
@@ -161,10 +161,8 @@ inline void softmax(float* p, Index visible, Index reach, float top, float scale
 
 // Up to four query heads of a group at once, G of them: every key and value row is loaded once
 // for all G and used from registers, and each value row is asked for while its key is scored, so
-// the values arrive during the scores. One head at a time read the keys and values G times; on an
-// Intel Xeon a head over 80 keys took ~1000 cycles with them in L1, 3600 from the L3 (where a
-// batch's decode step finds them), and a group of 4 now takes 2800 and 5000 (minimind2-small
-// f32, one thread, pp512 1.15-1.2x; 32 sequences, two threads, 1.0-1.09x).
+// the values arrive during the scores. One head at a time read the keys and values G times,
+// mostly from the L3 in a batch's decode step (commit 15d8778).
 template <int G>
 struct GroupHeads {
   using S = Ops;
@@ -276,10 +274,7 @@ inline float row_max(const float* p, Index n) {
 // GroupHeads scores one query against one key per horizontal sum: per panel of keys, transposed
 // once, every head's rows of scores; a causal softmax per row; then per block of keys, their
 // values packed in panels of columns, the weighted sums (a row's unseen keys weigh 0 there).
-// On one core of a Zen 5 (minimind-bench, three alternating rounds against GroupHeads alone):
-// minimind-3 pp128 f32 1.03-1.07x, bf16 1.02-1.04x (attention from 4.8% of the samples to about
-// 2%); pp512 both shapes 1.05-1.19x; minimind2-small pp128, whose four heads a group already
-// shared each key, 0.98-1.06x.
+// It halves the attention's share of a prompt's time, more for long prompts (commit 287794b).
 inline void attend_tiled(const HeadAttention<float>& a) {
   namespace gemm = gemm_detail::MINIMIND_TARGET;
   constexpr Index P = gemm::kPanel, R = gemm::kRows;
@@ -333,8 +328,8 @@ inline void attend_tiled(const HeadAttention<float>& a) {
   }
 }
 
-// Fewer queries than this go row by row, where a tile would be mostly empty rows. For short
-// prompts the choice hardly shows: bf16 pp8 to pp32 at one thread ran 0.99-1.08x of row by row.
+// Fewer queries than this go row by row, where a tile would be mostly empty rows; for short
+// prompts the choice hardly shows (commit f8129d0).
 inline constexpr Index kTiledMinQueries = 8;
 
 // A block of queries in tiles (attend_tiled) where the caller gave the scratch and the heads are

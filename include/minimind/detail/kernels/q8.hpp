@@ -36,8 +36,8 @@ inline float half_to_float(uint16_t h) { return static_cast<float>(Eigen::numext
 // A quantized matrix as the kernels see it: `q` [rows, blocks * 32], `d` [rows, blocks].
 // In q, rows go in groups of four interleaved block by block, [r0 b0][r1 b0][r2 b0][r3 b0]
 // [r0 b1]..., so that the four-row kernel reads one sequential stream: four streams of one short
-// row each gave the hardware prefetcher too little to learn (measured from DRAM: 7 GB/s against
-// 11 for one stream). Rows after the last full group follow one by one. d stays row by row.
+// row each gave the hardware prefetcher too little to learn, and read markedly slower from DRAM.
+// Rows after the last full group follow one by one. d stays row by row.
 struct View {
   const int8_t* q = nullptr;
   const uint16_t* d = nullptr;
@@ -248,12 +248,10 @@ inline __m256 block_dot(const int8_t* wq, __m256i x0, __m256i x1) {
 inline __m256i load_x(const int16_t* x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)); }
 // Rows [r, r + 4) of a whole group: y[r + i] = W[r + i, :] . x, reading the group's interleaved
 // blocks in order, each step's two lines asked for `ahead` bytes early unless 0 (matvec: on AVX2
-// 1 KiB, as decode from DRAM got 14-18% faster on a Zen 3, paired runs, median, 2 KiB gaining
-// less; on AVX-512 simd::decode_ahead(), the distance this CPU measured best). The combined
-// scales d_w * d_x of 8 blocks stay in registers. AVX-512 runs this one too: on a Zen 5 a 512-bit
-// kernel (one vpdpwssd per block and row, scales broadcast from L1) decoded 0.81-1.02x as fast, and
-// one with two rows a vector, the bytes spread to int16 by unpacking and a shift instead of
-// vpmovsxbw, 1.4-1.6x as fast from L2 but 0.85-0.93x in decode.
+// 1 KiB, the distance that measured best; on AVX-512 simd::decode_ahead(), this CPU's). The
+// combined scales d_w * d_x of 8 blocks stay in registers. AVX-512 runs this one too: decode is
+// bound by the stream, and the 512-bit kernels tried (on vpdpwssd, or unpacking two rows a
+// vector) were faster from L2 but not in decode (docs/performance.md, "Design choices").
 inline void group(const View& w, Index r, const int16_t* xq, const float* xd, float* y, uintptr_t ahead) {
   const int8_t* q = w.q + r * w.blocks * kBlock;  // block b of row r + i at q + (4 b + i) * 32
   const uint16_t* d0 = w.d + r * w.blocks;

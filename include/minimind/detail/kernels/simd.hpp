@@ -78,22 +78,15 @@ struct CpuFeatures {
 };
 
 // How many bytes ahead the AVX-512 decode kernels (one sequence's matrix-vector products, which
-// stream every weight once per token) ask for the weights' cache lines. Measured with
-// minimind-bench -p 0 -n 64 (2 runs, random weights of both shapes, 1 and 2 threads) on an Intel
-// Xeon with AVX-512 F/BW/VL/VNNI/BF16/FP16 (Sapphire Rapids class): 2 KiB ahead against none, f32
-// 1.15-1.3x, bf16 1.1-1.5x, q8 1.1-1.9x (1 KiB gained less; 3 KiB about the same, f32 at 2 threads
-// less). The same on an AMD Zen 5 (family 0x1A, 512-bit FMAs at twice the rate of 256-bit ones),
-// minimind-bench -p 0 -n 128, 1 thread, 2 KiB against none: bf16 1.1-1.2x, q8 1.05-1.1x,
-// minimind2-small f32 1.05-1.3x, minimind-3 f32 0.9-0.97x (at 2 threads 1.1x). On the earlier AMD
-// host (zmm FMAs at about the ymm rate, so Zen 4 class) software prefetch slowed the stream (bf16
-// from DRAM 22-25 GB/s without, 14-17 with 1 KiB; q8 decoded 1.21x as fast without), so AMD CPUs
-// before family 0x1A leave it to the hardware. An address past the matrix is harmless: a prefetch
-// never faults.
+// stream every weight once per token) ask for the weights' cache lines. The best distance depends
+// on the CPU's prefetcher: Intel and AMD family 0x1A (Zen 5) stream faster with software prefetch
+// (2 KiB measured best on a Sapphire Rapids Xeon; Zen 5 wants 8 KiB, below), while on earlier AMD
+// CPUs it slowed the stream, so they leave it to the hardware (docs/performance.md, "Design
+// choices"; commits 7b0a108, 83b245b). An address past the matrix is harmless: a prefetch never
+// faults.
 inline constexpr uintptr_t kDecodePrefetchAhead = 2048;
-// AMD family 0x1A (Zen 5) asks 8 KiB ahead: on a second Zen 5 host (EPYC, family 26 model 2),
-// minimind-bench -p 0 -n 128 -r 5, 1 thread, two alternating rounds, 8 KiB against 2 KiB: q8
-// minimind2-small 1.29-1.48x, minimind-3 1.15-1.20x; bf16 1.33-1.38x and 1.09-1.28x; q8 at 2
-// threads 1.01-1.28x (4 KiB gained about half as much, 16 KiB about the same as 8).
+// AMD family 0x1A (Zen 5) asks 8 KiB ahead: at 2 KiB its decode products streamed well below what
+// the core reads from DRAM (commit 83b245b).
 inline constexpr uintptr_t kDecodePrefetchAheadZen5 = 8192;
 
 #if defined(__x86_64__)
@@ -137,9 +130,8 @@ inline uintptr_t decode_prefetch_ahead() {
 
 // Whether the AVX-512 bf16 decode widens its weights by zero-extension (16 a vector, vpmovzxwd and
 // a shift: bf16::dot_extended) rather than in pair order (32 a vector, a shift and a mask:
-// bf16::dot); decided once. On an AMD Zen 5 (family 0x1A) a standalone 48 MB stream of 1 KiB rows
-// ran at 36-40 GB/s extended against 18-23 in pair order; on the earlier AMD host (Zen 4 class)
-// it was the other way round (18.5 against 24.5), and the Intel Xeon measured pair order.
+// bf16::dot); decided once. Which streams faster differs by CPU: zero-extension on AMD Zen 5
+// (family 0x1A), pair order on earlier AMD and on Intel (commit 91424aa; docs/performance.md).
 inline bool decode_bf16_extended() {
   static const bool extended = cpu_is_amd() && cpu_family() >= 0x1A;
   return extended;
@@ -225,9 +217,8 @@ inline __m512 hsum16(const __m512* v) {
   return _mm512_maskz_permutexvar_ps(0xFFFF, order, d);
 }
 // A register tile's sums: y[p * y_stride + r] = hsum(acc[r][p]) for r < R, p < P, through
-// hsum16 in groups of 16. One core of a Zen 5: a 4-row x 6-position f32 tile over 512 columns
-// from L1 1.1-1.25x, at 1408 about the same; minimind-bench -b, minimind2-small, paired runs,
-// f32 8 / 16 / 24 sequences 1.0-1.05x (1 and 2 threads), bf16 4 and 8 about 1.06x.
+// hsum16 in groups of 16: the same additions in the same order as a lane sum per accumulator, in
+// about a third of the instructions (commit 3e535ff).
 template <int R, int P>
 inline void store_sums(const __m512 (&acc)[R][P], float* y, Index y_stride) {
   constexpr int kGroups = (R * P + 15) / 16;
@@ -339,9 +330,8 @@ inline uintptr_t decode_ahead([[maybe_unused]] uintptr_t elsewhere) {
 // independent chains over 4 vectors a step, then steps of TailVectors vectors (the 128-bit bf16
 // kernels take 8 values, two vectors, at a time), then the masked or plain tail; widen(w) is the
 // scalar widening of one weight. A non-zero `ahead` asks for the lines a step reads that many
-// bytes early (bf16, when this loop was the AVX2 kernel's, on a Zen 3: decode from DRAM got 6-7%
-// faster with 1 KiB, paired runs, median; slower at 2 KiB and more, and for f32 at any distance;
-// decode_ahead()).
+// bytes early, where the target's prefetcher needs the help (decode_ahead(); on AVX2, bf16 only:
+// f32 measured no gain at any distance; docs/performance.md).
 template <class S, int TailVectors, class W, class Widen>
 inline float dot(const W* w, const float* x, Index cols, Widen widen, uintptr_t ahead = 0) {
   constexpr Index L = S::kLanes;

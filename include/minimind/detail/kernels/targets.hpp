@@ -34,9 +34,8 @@ namespace minimind::kernels {
 // from cache for every position. A decode step of a small batch then computes exactly what each
 // sequence's decode alone computes, and streams whole rows as decode does, where the GEMM's
 // blocks of 12 rows x 256 columns left it slower than the memory allows.
-// 13 measured best for batched decode (minimind-bench -b, minimind2-small, one core of a Zen 5,
-// against 9, at 9 / 12 / 16 sequences: f32 1.63x / 1.45x / 1.11x, bf16 1.37x / 1.19x / 0.65x, q8
-// 1.75x / 1.31x / 0.96x). A format's target section may set its own (gemm_min_rows(View), as
+// 13 measured best for batched decode (minimind-bench -b; the commit that set it has the
+// numbers). A format's target section may set its own (gemm_min_rows(View), as
 // f32 does on AVX-512, where its decode products multiply register tiles of several positions).
 inline constexpr Index kGemmMinRows = 13;
 // The most positions any format's decode products take on any target.

@@ -1,8 +1,8 @@
 #pragma once
 // Storage that starts on a cache line (64 bytes, also a zmm vector) whatever the build's flags.
-// A vector load that straddles two lines costs two (a Zen 5's register tiles ran at half speed on
-// inputs 16 bytes off a line), and the allocators the build would use align less: malloc and
-// Eigen to 16 bytes for plain x86-64, below an AVX2 or AVX-512 target's vectors.
+// A vector load that straddles two lines costs two (the register tiles ran at half speed on
+// inputs 16 bytes off a line: commit b4a3511), and the allocators the build would use align
+// less: malloc and Eigen to 16 bytes for plain x86-64, below an AVX2 or AVX-512 target's vectors.
 #include <cstddef>
 #include <new>
 #include <vector>

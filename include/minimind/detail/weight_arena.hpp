@@ -2,8 +2,8 @@
 // Memory for the weights a model owns (converted to bf16 or q8, widened from f16, or made at
 // random): large blocks handed out in 64-byte aligned pieces, each block 2 MiB aligned and
 // marked for transparent huge pages (madvise). Decode streams every weight from DRAM once per
-// token, and on 4 KiB pages that stream also walks the page tables (README, "Speed beside
-// llama.cpp"). A single matrix is mostly far smaller than 2 MiB, hence one arena for all of them
+// token, and on 4 KiB pages that stream also walks the page tables (docs/performance.md,
+// "Design choices"). A single matrix is mostly far smaller than 2 MiB, hence one arena for all of them
 // rather than one mapping each.
 // The kernel may decline huge pages (THP disabled): the memory is then ordinary pages. Under
 // AddressSanitizer each piece is a separate allocation instead, so reads past a weight's end are

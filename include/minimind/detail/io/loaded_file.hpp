@@ -2,11 +2,10 @@
 // A whole file read into private memory on 2 MiB pages: weights stored in the compute dtype are
 // used in place there (no copy per tensor), and nothing we do can ever write back to the user's
 // file. Read rather than mapped: a mapping of the file sits on the page cache's 4 KiB pages, and
-// decode streams every weight once per token (on an AMD Zen 5, f32 prefill of MiniMind2-Small on
-// one core ran about 1.25x faster, decode about 1.08x, on 2 MiB pages: README, "Speed beside llama.cpp").
-// The container's tensor data is then moved onto a cache line (align_at): a GGUF aligns it to 32
-// bytes, safetensors to 8, and a 64-byte vector load that straddles two lines costs two (AMD Zen 5,
-// f32 decode of MiniMind2-Small on one core: 1.4-1.6x faster aligned).
+// decode streams every weight once per token, which runs faster on 2 MiB pages (docs/performance.md,
+// "Design choices"). The container's tensor data is then moved onto a cache line (align_at): a
+// GGUF aligns it to 32 bytes, safetensors to 8, and a 64-byte vector load that straddles two lines
+// costs two (commit 884d20d).
 #include "minimind/detail/weight_arena.hpp"
 #include "minimind/error.hpp"
 

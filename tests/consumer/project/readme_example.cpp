@@ -1,4 +1,5 @@
-// The C++ example of README.md, kept compiling by the consumer test.
+// The C++ examples of README.md ("Using the library") and docs/library.md (Batch), kept compiling
+// by the consumer test; tests/docs/check.sh also compiles and runs the README's.
 #include <minimind/minimind.hpp>
 #include <cstdio>
 
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
   auto logits = model.forward(tokenizer.encode("今天天气"));   // [positions, vocab]
   std::printf("\n%zu parameters\n", model.num_parameters());
 
-  // The README's batch example.
+  // docs/library.md's Batch example.
   std::vector<std::vector<int32_t>> prompts = {tokenizer.encode("今天天气"), tokenizer.encode("小明家养了一只")};
   std::vector<Session<float>> sessions;
   for (size_t i = 0; i < prompts.size(); ++i) sessions.push_back(model.new_session());

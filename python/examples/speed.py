@@ -45,8 +45,8 @@ def median_rate(fn, tokens, reps):
     return rate(tokens, statistics.median(times))
 
 
-def bench_cpp(bench, model, p, n, reps):
-    out = subprocess.run([bench, "--model", str(model), "-t", "1", "-p", str(p), "-n", str(n), "-r", str(reps), "--json"],
+def bench_cpp(bench, model, dtype, p, n, reps):
+    out = subprocess.run([bench, "--model", str(model), "--dtype", dtype, "-t", "1", "-p", str(p), "-n", str(n), "-r", str(reps), "--json"],
                          capture_output=True, check=True, text=True).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return {row["test"]: row for row in rows}
@@ -65,6 +65,7 @@ def torch_model(model_dir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="checkpoint directory (config.json, model.safetensors, tokenizer.json)")
+    parser.add_argument("--dtype", default="f32", help="weights held as (minimind.load's dtype, minimind-bench's --dtype)")
     parser.add_argument("--bench", help="minimind-bench to compare with")
     parser.add_argument("--torch", action="store_true", help="also time the PyTorch model")
     parser.add_argument("-p", type=int, default=128)
@@ -74,7 +75,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    m = minimind.load(args.model, threads=1)
+    m = minimind.load(args.model, dtype=args.dtype, threads=1)
     vocab = m.config["vocab_size"]
     prompt = [(i * 7919 + 13) % vocab for i in range(args.p)]
     text_ok = m.tokenizer is not None
@@ -100,7 +101,7 @@ def main():
     for round_ in range(args.rounds):
         row = {}
         if args.bench:
-            cpp = bench_cpp(args.bench, args.model, args.p, args.n, args.r)
+            cpp = bench_cpp(args.bench, args.model, args.dtype, args.p, args.n, args.r)
             row["cpp pp"] = cpp[f"pp{args.p}"]["tokens_per_s_median"]
             row["cpp tg"] = cpp[f"tg{args.n}"]["tokens_per_s_median"]
         row["py pp"] = median_rate(lambda: m.logits(prompt, all_positions=False), args.p, args.r)

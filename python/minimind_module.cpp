@@ -96,7 +96,7 @@ std::vector<int32_t> to_ids(const py::handle& ids, const char* what) {
 const minimind::Tokenizer& tokenizer_of(const Model& m) {
   if (!m.tokenizer) {
     throw minimind::Error(m.path.string() +
-                          ": no tokenizer (no tokenizer.json, no GGUF tokenizer metadata), so text is not possible (pass token ids)");
+                          ": no tokenizer (no tokenizer.json, no GGUF tokenizer metadata), so text is not possible (use token ids and generate_ids)");
   }
   return *m.tokenizer;
 }
@@ -131,6 +131,7 @@ struct GenerationKeywords {
   }
 };
 
+// The keyword arguments generate, generate_ids and chat share (GenerationKeywords), once.
 #define MINIMIND_GENERATION_ARGS                                                                             \
   py::kw_only(), "max_new_tokens"_a = py::none(), "temperature"_a = py::none(), "top_p"_a = py::none(),      \
       "top_k"_a = py::none(), "min_p"_a = py::none(), "repetition_penalty"_a = py::none(), "seed"_a = py::none(), \

@@ -16,7 +16,10 @@ Debian's torch links the system libblas.so.3, the reference BLAS unless another 
 it OpenBLAS (libopenblas0-openmp) for this process only, as tools/make_demo.sh does, run with
 LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp OMP_NUM_THREADS=1.
 
-  PYTHONPATH=build/python /usr/bin/python3 python/examples/speed.py --model DIR --bench build/bin/minimind-bench
+With --pairs N, N single runs of minimind-bench and of the module follow, alternating, and the
+median of their paired ratios is printed: on a shared machine the comparison to quote.
+
+  PYTHONPATH=build/python /usr/bin/python3 python/examples/speed.py --model DIR --bench build/bin/minimind-bench --pairs 12
 """
 import argparse
 import json
@@ -73,6 +76,7 @@ def main():
     parser.add_argument("-r", type=int, default=5, help="repetitions per measurement (median)")
     parser.add_argument("--torch-r", type=int, default=1, help="repetitions of the PyTorch measurements (it is slow)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=0, help="then this many single runs of minimind-bench and the module, alternating")
     args = parser.parse_args()
 
     m = minimind.load(args.model, dtype=args.dtype, threads=1)
@@ -120,6 +124,27 @@ def main():
                        f"py/torch tg {row['py tg'] / row['torch tg']:.2f}"]
         if ratios:
             print("         " + ", ".join(ratios), flush=True)
+
+    # Pairs: one run of each side at a time, the order alternating, so that both meet the same
+    # moment of a shared machine; the median of the pairs' ratios is the comparison to quote.
+    if args.bench and args.pairs:
+        paired = {"pp": [], "tg": []}
+        for i in range(args.pairs):
+            def cpp_run():
+                cpp = bench_cpp(args.bench, args.model, args.dtype, args.p, args.n, 1)
+                return cpp[f"pp{args.p}"]["tokens_per_s_median"], cpp[f"tg{args.n}"]["tokens_per_s_median"]
+
+            def py_run():
+                return (median_rate(lambda: m.logits(prompt, all_positions=False), args.p, 1),
+                        median_rate(python_decode, args.n, 1))
+
+            cpp, py = (cpp_run(), py_run()) if i % 2 == 0 else reversed((py_run(), cpp_run()))
+            paired["pp"].append(py[0] / cpp[0])
+            paired["tg"].append(py[1] / cpp[1])
+        for test, ratios in paired.items():
+            ratios.sort()
+            print(f"module/minimind-bench {test} over {args.pairs} pairs: median {statistics.median(ratios):.3f}, "
+                  f"range {ratios[0]:.3f}-{ratios[-1]:.3f}", flush=True)
 
 
 if __name__ == "__main__":

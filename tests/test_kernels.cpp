@@ -194,6 +194,36 @@ TEST_CASE("q8 quantization: blocks of 32, error within half a step of each block
   }
 }
 
+TEST_CASE("f32 layout per CPU: f32_panels only where measured faster (AMD family 0x1A), row-major elsewhere") {
+#if defined(__x86_64__)
+  CHECK(kernels::f32_panels_measured_faster(true, 0x1A));
+  CHECK_FALSE(kernels::f32_panels_measured_faster(true, 0x19));  // Zen 4: measured no faster
+  CHECK_FALSE(kernels::f32_panels_measured_faster(false, 6));    // Intel: measured slower in prefill
+  const bool expected = kernels::active().f32_panels && kernels::f32_panels_on_this_cpu();
+  MESSAGE("this CPU: " << std::string(kernels::cpu_is_amd() ? "AMD" : "not AMD") << " family " << kernels::cpu_family()
+                       << ", kernels " << std::string(kernels::name()) << ": f32 held "
+                       << std::string(expected ? "in f32_panels" : "row-major"));
+#else
+  const bool expected = kernels::active().f32_panels;
+#endif
+  CHECK(kernels::f32_panels_preferred() == expected);
+  CHECK(WeightLoader<float>::held(WeightFormat::F32) == (expected ? WeightFormat::F32Panels : WeightFormat::F32));
+  CHECK(WeightLoader<float>::held(WeightFormat::F32, false) == WeightFormat::F32);  // LoadOptions::f32_panels false
+  CHECK(WeightLoader<double>::held(WeightFormat::F32) == WeightFormat::F32);
+  // Both layouts run whatever this CPU chose (and agree): a model asked for row-major and one in panels.
+  Config c = Config::minimind2_small();
+  c.num_hidden_layers = 1;
+  LoadOptions row_major{WeightFormat::F32, 1};
+  row_major.f32_panels = false;
+  const auto rows = MiniMindForCausalLM<float>::random(c, 9, row_major);
+  const auto panels = MiniMindForCausalLM<float>::random(c, 9, {WeightFormat::F32Panels, 1});
+  CHECK(rows.model.embed_tokens.weight().format() == WeightFormat::F32);
+  CHECK(panels.model.embed_tokens.weight().format() == WeightFormat::F32Panels);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i * 613 + 5) % 6400);  // prefill through the GEMM
+  CHECK(max_abs(rows.forward(ids), panels.forward(ids)) <= 1e-4);
+}
+
 TEST_CASE("linear(): every target, every format, decode and prefill, 1 and 2 threads, against the plain Eigen product") {
   // The plain product on the widened weight (and, for q8, on the rounded activations).
   for (const kernels::Kernels* k : runnable_targets()) {

@@ -34,7 +34,8 @@ struct LoadOptions {
   WeightFormat format = WeightFormat::F32;  // of the matrices; norms always stay f32
   int threads = 0;                          // threads per forward pass; 0 = one per core
   // f32 matrices in f32_panels (kernels/f32_panels.hpp) where the active kernels read that faster
-  // (AVX-512); false keeps them row-major, viewed in place in the loaded file.
+  // (AVX-512, on the CPUs where that was measured: kernels::f32_panels_preferred); false keeps
+  // them row-major, viewed in place in the loaded file.
   bool f32_panels = true;
 };
 
@@ -56,7 +57,7 @@ class WeightLoader {
   // How the matrices of a model asked for in `format` are held (LoadOptions::f32_panels).
   static WeightFormat held(WeightFormat format, bool f32_panels = true) {
     if constexpr (std::is_same_v<T, float>) {
-      if (format == WeightFormat::F32 && f32_panels && kernels::active().f32_panels) return WeightFormat::F32Panels;
+      if (format == WeightFormat::F32 && f32_panels && kernels::f32_panels_preferred()) return WeightFormat::F32Panels;
     }
     return format;
   }

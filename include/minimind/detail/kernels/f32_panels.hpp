@@ -8,7 +8,8 @@
 // Why (harness, 2 threads of a Zen 5, 102 MB of 512-column rows): 16 positions 1.4-1.5x the
 // row-major register tiles, 1 position 1.3x the row-major dot; the same kernel on row-major rows
 // (16 streams) gained nothing: the layout is what matters. The loader holds f32 models this way
-// where the active kernels ask for it (Kernels::f32_panels); the kernels are the target section.
+// where the active kernels have them and the CPU measured them faster (f32_panels_preferred,
+// targets.hpp); the kernels are the target section.
 #ifndef MINIMIND_DETAIL_KERNELS_F32_PANELS_HPP
 #define MINIMIND_DETAIL_KERNELS_F32_PANELS_HPP
 #include "minimind/detail/kernels/format.hpp"

@@ -59,7 +59,8 @@ struct MatvecsOf<FormatList<Fs...>> {
 // One target's kernels.
 struct Kernels {
   const char* name;                  // "avx512", "avx2", "neon", "wasm_simd128" or "scalar"
-  // Whether f32 models are held in f32_panels here (the loader asks): where that measured faster.
+  // Whether this target has f32_panels' fast products (its AVX-512 ones); the loader holds f32
+  // models in them only where the CPU measured them faster too (f32_panels_preferred).
   bool f32_panels;
   MatvecsOf<Formats>::type matvecs;  // each format's decode products
   // Per format (in WeightFormat order): from how many positions its products run on the GEMM.
@@ -180,6 +181,16 @@ inline const Kernels& active() {
   static const Kernels& best =
       *std::find_if(targets().begin(), targets().end(), [](const Target& t) { return t.runs; })->kernels;
   return best;
+}
+
+// Whether f32 models are held in f32_panels (WeightLoader::held asks): where the active kernels
+// have their fast products and this CPU measured them faster than row-major f32 (simd.hpp).
+inline bool f32_panels_preferred() {
+#if defined(__x86_64__)
+  return active().f32_panels && f32_panels_on_this_cpu();
+#else
+  return active().f32_panels;
+#endif
 }
 
 // The name of the active target (the line `kernels: NAME` of minimind-next --info).

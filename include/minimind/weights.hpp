@@ -5,9 +5,9 @@
 // weights that overflow during a forward pass give inf/NaN logits, which the Sampler refuses.
 // A tensor stored as that format is used in place inside the loaded file (zero copy): F32 held as
 // row-major f32, BF16 held as bf16. Anything else is converted once into an owned buffer: F16/BF16
-// widened exactly to f32, or f32 values rounded to bf16, quantized to q8 (kernels/q8.hpp) or laid
-// out in f32_panels (which f32 models are held in where the active kernels read that faster,
-// LoadOptions::f32_panels), held in a WeightArena (huge pages: decode reads them faster). Shapes
+// widened exactly to f32, or f32 values rounded to bf16, quantized to q8 or q4 (kernels/q8.hpp,
+// kernels/q4.hpp) or laid out in f32_panels (which f32 models are held in where the active kernels
+// read that faster, LoadOptions::f32_panels), held in a WeightArena (huge pages: decode reads them faster). Shapes
 // are checked here against the config, with the tensor's name and the config field in the message.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/safetensors.hpp"

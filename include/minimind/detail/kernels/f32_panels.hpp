@@ -42,6 +42,7 @@ struct Format {
   static constexpr WeightFormat id = WeightFormat::F32Panels;
   static constexpr const char* name = "f32_panels";
   static constexpr bool kQuantizedInput = false;
+  static constexpr bool kInt8Input = false;
   static constexpr bool kPairedInput = false;
   static constexpr bool kKMajorInput = true;
   using View = f32_panels::View;

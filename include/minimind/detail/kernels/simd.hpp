@@ -2,7 +2,7 @@
 // each target's float vector operations and the decode dot-product loop over them.
 //
 // The kernels that differ per target are the target sections at the end of simd.hpp, f32.hpp,
-// bf16.hpp, q8.hpp and gemm.hpp. targets.hpp compiles them once per target, each time in that
+// bf16.hpp, q8.hpp, q4.hpp and gemm.hpp. targets.hpp compiles them once per target, each time in that
 // target's namespaces (kernels::avx2 and, for the formats' own, kernels::f32::avx2, ...) with:
 //   MINIMIND_TARGET     the namespace: avx512, avx2, neon, wasm_simd128 or scalar
 //   MINIMIND_AVX512     AVX-512 F/BW/VL (with AVX2, FMA, F16C): 512-bit decode kernels for f32
@@ -75,6 +75,7 @@ namespace minimind::kernels {
 struct CpuFeatures {
   bool avx2 = false;    // AVX2, FMA and F16C; the OS saves ymm
   bool avx512 = false;  // those and AVX-512 F, BW and VL; the OS saves zmm and the mask registers
+  bool avx512vnni = false;  // those and AVX512-VNNI (vpdpbusd: q4's byte products)
 };
 
 // How many bytes ahead the AVX-512 decode kernels (one sequence's matrix-vector products, which
@@ -110,6 +111,7 @@ inline CpuFeatures cpu_features() {
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
   f.avx2 = (xcr0 & 0x6) == 0x6 && (b >> 5 & 1);
   f.avx512 = f.avx2 && (xcr0 & 0xE0) == 0xE0 && (b >> 16 & 1) && (b >> 30 & 1) && (b >> 31 & 1);
+  f.avx512vnni = f.avx512 && (c >> 11 & 1);
   return f;
 }
 

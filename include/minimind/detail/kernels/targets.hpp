@@ -9,6 +9,7 @@
 #include "minimind/detail/kernels/formats.hpp"
 #include "minimind/detail/kernels/gemm.hpp"
 #include "minimind/detail/kernels/ops.hpp"
+#include "minimind/detail/kernels/q4.hpp"
 #include "minimind/detail/kernels/q8.hpp"
 #include "minimind/detail/kernels/simd.hpp"
 #include "minimind/detail/kernels/thread_pool.hpp"
@@ -67,6 +68,8 @@ struct Kernels {
   std::array<Index, std::tuple_size_v<MatvecsOf<Formats>::type>> gemm_min_rows;
   // x [cols] quantized in q8's blocks, for the formats that multiply quantized activations.
   void (*quantize_activations)(const float* x, Index cols, int16_t* q, float* d);
+  // x [cols] quantized to int8 in q4's blocks with their sums, for the formats that multiply those.
+  void (*quantize_activations_int8)(const float* x, Index cols, int8_t* q, float* d, int32_t* s);
   // y = X W^T for each product (gemm.hpp).
   void (*gemm_each)(const float* x, Index x_stride, Index n, std::span<const GemmProduct> products,
                     GemmScratch& scratch, ThreadPool* pool);

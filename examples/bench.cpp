@@ -150,7 +150,7 @@ int run(int argc, char** argv) {
   cli::Args args("minimind-bench", "tokens per second of prefill and decode, like llama-bench");
   args.value("--model", "checkpoint to load: directory, or .safetensors/.pth/.gguf file")
       .value("--shape", "random weights of a published shape instead: minimind2-small or minimind-3")
-      .value("--dtype", "weight format(s) held in memory: f32, bf16, q8, or a list such as f32,q8 (default f32)")
+      .value("--dtype", "weight format(s) held in memory: f32, bf16, q8, q4, or a list such as f32,q4 (default f32)")
       .value("-p", "prompt length of the prefill test, 0 to skip (default 128)")
       .value("-n", "tokens of the decode test, 0 to skip (default 128)")
       .value("-t", "thread count(s), e.g. 1,2 (default: one per core)")

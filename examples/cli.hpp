@@ -167,7 +167,7 @@ namespace cli {
 // The --model flag every program shares; defaults to the demo model shipped in examples/models.
 inline Args& model_flag(Args& args) {
   return args.value("--model", "checkpoint directory, or .safetensors/.pth/.gguf file (default: the demo model, " MINIMIND_DEMO_MODEL_DIR ")")
-      .value("--dtype", "weight format held in memory: f32, bf16 or q8 (default f32)")
+      .value("--dtype", "weight format held in memory: f32, bf16, q8 or q4 (default f32)")
       .value("--threads", "threads per forward pass (default: one per core)");
 }
 inline std::filesystem::path model_dir(const Args& args) { return args.get_or("--model", MINIMIND_DEMO_MODEL_DIR); }

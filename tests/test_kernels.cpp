@@ -48,6 +48,25 @@ MatrixRM<float> q8_rounded(const MatrixRM<float>& x) {
   return out;
 }
 
+// x after q4's per-block rounding of activations to int8 (what the q4 kernels multiply).
+MatrixRM<float> q4_rounded(const MatrixRM<float>& x) {
+  const Index blocks = kernels::q4::blocks_for(x.cols());
+  std::vector<int8_t> q(static_cast<size_t>(blocks * 32));
+  std::vector<float> d(static_cast<size_t>(blocks));
+  std::vector<int32_t> s(static_cast<size_t>(blocks));
+  MatrixRM<float> out(x.rows(), x.cols());
+  for (Index r = 0; r < x.rows(); ++r) {
+    kernels::q4::scalar::quantize_activations(x.row(r).data(), x.cols(), q.data(), d.data(), s.data());
+    for (Index c = 0; c < x.cols(); ++c) out(r, c) = d[static_cast<size_t>(c / 32)] * q[static_cast<size_t>(c)];
+  }
+  return out;
+}
+
+// x as format's products see it: rounded for q8 and q4, as it is for the others.
+MatrixRM<float> rounded_for(WeightFormat format, const MatrixRM<float>& x) {
+  return format == WeightFormat::Q8 ? q8_rounded(x) : format == WeightFormat::Q4 ? q4_rounded(x) : x;
+}
+
 double max_abs(const MatrixRM<float>& a, const MatrixRM<float>& b) {
   REQUIRE(a.rows() == b.rows());
   REQUIRE(a.cols() == b.cols());
@@ -194,10 +213,111 @@ TEST_CASE("q8 quantization: blocks of 32, error within half a step of each block
   }
 }
 
+TEST_CASE("q4 quantization: blocks of 32 nibbles (weight j low, j + 16 high), the largest magnitude exact, the rest within half a step") {
+  const Index cols = 100;  // 4 blocks, the last padded
+  const MatrixRM<float> m = random_matrix(6, cols, 4);  // a group of four rows and two after it
+  const Weight<float> w = Weight<float>::owned(m).to_format(WeightFormat::Q4);
+  CHECK(w.format() == WeightFormat::Q4);
+  const kernels::q4::View v = w.format_view<kernels::q4::Format>();
+  CHECK(v.blocks == 4);
+  CHECK(w.bytes() == 6u * 4u * 18u);
+  const MatrixRM<float> back = widened(w);
+  for (Index r = 0; r < m.rows(); ++r) {
+    for (Index b = 0; b < 4; ++b) {
+      CAPTURE(r);
+      CAPTURE(b);
+      const Index begin = b * 32, len = std::min<Index>(32, cols - begin);
+      Index peak = 0;
+      const float amax = m.row(r).segment(begin, len).cwiseAbs().maxCoeff(&peak);
+      const float step = std::abs(kernels::q4::half_to_float(v.d[kernels::q4::block_index(v, r, b)]));
+      CHECK(step == doctest::Approx(amax / 8).epsilon(1e-3));
+      // The peak is -8 steps: exact up to the float16 rounding of the scale.
+      CHECK(std::abs(back(r, begin + peak) - m(r, begin + peak)) <= amax * 1e-3f);
+      // Within half a step, except values past +7 steps (opposite the peak, -8 steps), which the
+      // largest level holds: within one step.
+      const float scale = kernels::q4::half_to_float(v.d[kernels::q4::block_index(v, r, b)]);
+      for (Index c = begin; c < begin + len; ++c) {
+        const bool past = m(r, c) / scale > 7.5f;
+        CHECK(std::abs(m(r, c) - back(r, c)) <= step * (past ? 1.0f : 0.5f) * 1.01f);
+      }
+      // The nibbles: level j in the low half of byte j, level j + 16 in its high half.
+      const uint8_t* q = v.q + kernels::q4::block_index(v, r, b) * 16;
+      for (Index j = 0; j < len; ++j) {
+        const int level = j < 16 ? q[j] & 0xF : q[j - 16] >> 4;
+        CHECK(static_cast<float>(level - 8) * kernels::q4::half_to_float(v.d[kernels::q4::block_index(v, r, b)]) == back(r, begin + j));
+      }
+    }
+  }
+  // Rows 0-3 interleave block by block; rows 4 and 5 follow whole.
+  CHECK(kernels::q4::block_index(v, 1, 2) == 2 * 4 + 1);
+  CHECK(kernels::q4::block_index(v, 4, 0) == 16);
+  CHECK(kernels::q4::block_index(v, 5, 3) == 23);
+  // Padding is level 8, zero: it adds nothing to a dot product.
+  for (Index j = cols - 96; j < 32; ++j) CHECK(kernels::q4::level(v.q + kernels::q4::block_index(v, 0, 3) * 16, j) == 8);
+
+  // Activations: int8 with float scales and sums, same blocks; every target's gives the scalar
+  // rule's bit for bit.
+  for (Index r = 0; r < m.rows(); ++r) {
+    std::vector<int8_t> q(128);
+    std::vector<float> d(4);
+    std::vector<int32_t> sums(4);
+    kernels::q4::scalar::quantize_activations(m.row(r).data(), cols, q.data(), d.data(), sums.data());
+    for (Index c = 0; c < 128; ++c) {
+      if (c >= cols) CHECK(q[static_cast<size_t>(c)] == 0);
+      else CHECK(std::abs(q[static_cast<size_t>(c)] - m(r, c) / d[static_cast<size_t>(c / 32)]) <= 0.5f + 1e-3f);
+    }
+    for (Index b = 0; b < 4; ++b) {
+      int sum = 0;
+      for (Index c = b * 32; c < b * 32 + 32; ++c) sum += q[static_cast<size_t>(c)];
+      CHECK(sums[static_cast<size_t>(b)] == sum);
+    }
+    for (const kernels::Kernels* k : runnable_targets()) {
+      CAPTURE(k->name);
+      std::vector<int8_t> target_q(128, 99);
+      std::vector<float> target_d(4, -1.0f);
+      std::vector<int32_t> target_s(4, -1);
+      k->quantize_activations_int8(m.row(r).data(), cols, target_q.data(), target_d.data(), target_s.data());
+      CHECK(target_q == q);
+      CHECK(target_d == d);
+      CHECK(target_s == sums);
+    }
+  }
+}
+
+TEST_CASE("f32 layout per CPU: f32_panels only where measured faster (AMD family 0x1A), row-major elsewhere") {
+#if defined(__x86_64__)
+  CHECK(kernels::f32_panels_measured_faster(true, 0x1A));
+  CHECK_FALSE(kernels::f32_panels_measured_faster(true, 0x19));  // Zen 4: measured no faster
+  CHECK_FALSE(kernels::f32_panels_measured_faster(false, 6));    // Intel: measured slower in prefill
+  const bool expected = kernels::active().f32_panels && kernels::f32_panels_on_this_cpu();
+  MESSAGE("this CPU: " << std::string(kernels::cpu_is_amd() ? "AMD" : "not AMD") << " family " << kernels::cpu_family()
+                       << ", kernels " << std::string(kernels::name()) << ": f32 held "
+                       << std::string(expected ? "in f32_panels" : "row-major"));
+#else
+  const bool expected = kernels::active().f32_panels;
+#endif
+  CHECK(kernels::f32_panels_preferred() == expected);
+  CHECK(WeightLoader<float>::held(WeightFormat::F32) == (expected ? WeightFormat::F32Panels : WeightFormat::F32));
+  CHECK(WeightLoader<float>::held(WeightFormat::F32, false) == WeightFormat::F32);  // LoadOptions::f32_panels false
+  CHECK(WeightLoader<double>::held(WeightFormat::F32) == WeightFormat::F32);
+  // Both layouts run whatever this CPU chose (and agree): a model asked for row-major and one in panels.
+  Config c = Config::minimind2_small();
+  c.num_hidden_layers = 1;
+  LoadOptions row_major{WeightFormat::F32, 1};
+  row_major.f32_panels = false;
+  const auto rows = MiniMindForCausalLM<float>::random(c, 9, row_major);
+  const auto panels = MiniMindForCausalLM<float>::random(c, 9, {WeightFormat::F32Panels, 1});
+  CHECK(rows.model.embed_tokens.weight().format() == WeightFormat::F32);
+  CHECK(panels.model.embed_tokens.weight().format() == WeightFormat::F32Panels);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i * 613 + 5) % 6400);  // prefill through the GEMM
+  CHECK(max_abs(rows.forward(ids), panels.forward(ids)) <= 1e-4);
+}
+
 TEST_CASE("linear(): every target, every format, decode and prefill, 1 and 2 threads, against the plain Eigen product") {
-  // The plain product on the widened weight (and, for q8, on the rounded activations).
+  // The plain product on the widened weight (and, for q8 and q4, on the rounded activations).
   for (const kernels::Kernels* k : runnable_targets()) {
-    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels}) {
+    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels, WeightFormat::Q4}) {
       for (int threads : {1, 2}) {
         kernels::ThreadPool pool(threads);
         kernels::Workspace work;
@@ -215,8 +335,7 @@ TEST_CASE("linear(): every target, every format, decode and prefill, 1 and 2 thr
             const Weight<float> w = Weight<float>::owned(random_matrix(rows, cols, 11, 1.0f / std::sqrt(float(cols)))).to_format(format);
             const MatrixRM<float> x = random_matrix(n + 2, cols + 5, 12);  // a block with an outer stride
             const auto xb = x.topLeftCorner(n, cols);
-            const MatrixRM<float> expected =
-                (format == WeightFormat::Q8 ? q8_rounded(xb) : MatrixRM<float>(xb)) * widened(w).transpose();
+            const MatrixRM<float> expected = rounded_for(format, xb) * widened(w).transpose();
             MatrixRM<float> out = MatrixRM<float>::Constant(n + 1, rows + 3, 99.0f);
             kernels::linear(xb, w, out.topLeftCorner(n, rows), work);
             CHECK(max_abs(out.topLeftCorner(n, rows), expected) <= 3e-5);
@@ -229,8 +348,8 @@ TEST_CASE("linear(): every target, every format, decode and prefill, 1 and 2 thr
   }
 }
 
-TEST_CASE("tied matrix in bf16, q8 and f32_panels: one tensor for lookup and lm_head") {
-  for (WeightFormat format : {WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels}) {
+TEST_CASE("tied matrix in bf16, q8, f32_panels and q4: one tensor for lookup and lm_head") {
+  for (WeightFormat format : {WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels, WeightFormat::Q4}) {
     const MatrixRM<float> e = random_matrix(50, 64, 3);
     Embedding<float> tied(Weight<float>::owned(e).to_format(format));
     CHECK(tied.weight().format() == format);
@@ -238,7 +357,8 @@ TEST_CASE("tied matrix in bf16, q8 and f32_panels: one tensor for lookup and lm_
     RowVector<float> expected(64);
     tied.weight().row_to(7, expected.data());
     CHECK(row == expected);
-    CHECK((row - e.row(7)).cwiseAbs().maxCoeff() < 0.05);
+    // Within half a step of the largest weight of a block: 1/254 of it in q8, 1/16 in q4.
+    CHECK((row - e.row(7)).cwiseAbs().maxCoeff() < (format == WeightFormat::Q4 ? 0.3 : 0.05));
     // lm_head of the looked-up row scores that row highest.
     const RowVector<float> logits = tied.logits(row);
     Index best = -1;
@@ -248,7 +368,7 @@ TEST_CASE("tied matrix in bf16, q8 and f32_panels: one tensor for lookup and lm_
   }
 }
 
-TEST_CASE("random models: bf16 and q8 logits stay near f32; the tied matrix is one tensor in every format") {
+TEST_CASE("random models: bf16, q8 and q4 logits stay near f32; the tied matrix is one tensor in every format") {
   // (On a CPU whose kernels ask for it, the f32 models here are held in f32_panels.)
   Config c = Config::minimind2_small();
   c.num_hidden_layers = 2;
@@ -256,7 +376,7 @@ TEST_CASE("random models: bf16 and q8 logits stay near f32; the tied matrix is o
   std::vector<int32_t> ids;
   for (int i = 0; i < 24; ++i) ids.push_back((i * 977 + 3) % 6400);
   const MatrixRM<float> reference = f32.forward(ids);
-  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels}) {
+  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels, WeightFormat::Q4}) {
     for (int threads : {1, 2}) {
       CAPTURE(std::string(format_name(format)));
       CAPTURE(threads);
@@ -269,7 +389,7 @@ TEST_CASE("random models: bf16 and q8 logits stay near f32; the tied matrix is o
       const MatrixRM<float> got = model.forward(ids);
       const double diff = max_abs(got, reference);
       MESSAGE(std::string(format_name(format)) << " x" << threads << ": max |logit - f32 logit| " << diff);
-      CHECK(diff <= (format == WeightFormat::BF16 ? 0.05 : format == WeightFormat::Q8 ? 0.2 : 1e-4));
+      CHECK(diff <= (format == WeightFormat::BF16 ? 0.05 : format == WeightFormat::Q8 ? 0.2 : format == WeightFormat::Q4 ? 1.0 : 1e-4));
       // Cached decode agrees with the full recompute in every format.
       auto session = model.new_session(static_cast<Index>(ids.size()));
       double step = 0;
@@ -279,11 +399,13 @@ TEST_CASE("random models: bf16 and q8 logits stay near f32; the tied matrix is o
       }
       // q8 rounds activations to integers, so a 1e-7 difference in summation order between the
       // batched and the one-token path can move a value across a rounding boundary.
-      CHECK(step <= (format == WeightFormat::Q8 ? 0.1 : 1e-4));
+      CHECK(step <= (format == WeightFormat::Q8 ? 0.1 : format == WeightFormat::Q4 ? 0.5 : 1e-4));
     }
   }
   const auto q8 = MiniMindForCausalLM<float>::random(c, 5, {WeightFormat::Q8, 1});
   CHECK(q8.weight_bytes() < f32.weight_bytes() / 3);
+  const auto q4 = MiniMindForCausalLM<float>::random(c, 5, {WeightFormat::Q4, 1});
+  CHECK(q4.weight_bytes() < f32.weight_bytes() / 7);
 }
 
 namespace {
@@ -300,7 +422,7 @@ bool bf16_decode_extended() {
 TEST_CASE("linear(): below the GEMM a position gets bit for bit the same in any batch, and what it gets alone, on every target") {
   for (const kernels::Kernels* k : runnable_targets()) {
     CAPTURE(std::string(k->name));
-    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels}) {
+    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels, WeightFormat::Q4}) {
       // f32 on AVX-512 multiplies a batch in register tiles, one FMA chain per product, and one
       // position alone in four chains: there the two differ by rounding. So does bf16 where its
       // decode widens by zero-extension (the tiles keep pair order).
@@ -448,13 +570,16 @@ TEST_CASE("decode inputs: several positions are read from rows on cache lines, w
 TEST_CASE("linear_each(): several weights of one input give what one linear() each gives, on every target") {
   // Decode (below Kernels::gemm_from: 13 positions, 32 for f32 on AVX-512) and prefill
   // (gemm_each: one pack, the rows of all three in one dispatch, here 130 rows = 3 chunks of 48,
-  // 40, 17); the last pair mixes q8 with another format (two inputs).
+  // 40, 17); some pairs mix formats that read different inputs.
   const std::pair<WeightFormat, WeightFormat> pairs[] = {{WeightFormat::F32, WeightFormat::F32},
                                                          {WeightFormat::BF16, WeightFormat::BF16},
                                                          {WeightFormat::Q8, WeightFormat::Q8},
                                                          {WeightFormat::Q8, WeightFormat::F32},
                                                          {WeightFormat::F32Panels, WeightFormat::F32Panels},
-                                                         {WeightFormat::F32Panels, WeightFormat::Q8}};
+                                                         {WeightFormat::F32Panels, WeightFormat::Q8},
+                                                         {WeightFormat::Q4, WeightFormat::Q4},
+                                                         {WeightFormat::Q4, WeightFormat::Q8},
+                                                         {WeightFormat::Q4, WeightFormat::F32}};
   for (const kernels::Kernels* k : runnable_targets()) {
     CAPTURE(k->name);
     for (const auto& formats : pairs) {
@@ -490,6 +615,20 @@ TEST_CASE("linear_each(): several weights of one input give what one linear() ea
   }
 }
 
+namespace {
+// A product at the largest magnitudes a format holds: got as its reference computes (within
+// epsilon), and within 1e-3 of the exact product of m and x (rounding only the scales).
+void check_extremes(const MatrixRM<float>& m, const std::vector<float>& x, const std::vector<float>& ref,
+                    const std::vector<float>& got, double epsilon) {
+  for (Index r = 0; r < m.rows(); ++r) {
+    double exact = 0;
+    for (Index c = 0; c < m.cols(); ++c) exact += static_cast<double>(m(r, c)) * x[static_cast<size_t>(c)];
+    CHECK(got[static_cast<size_t>(r)] == doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(epsilon));
+    CHECK(got[static_cast<size_t>(r)] == doctest::Approx(exact).epsilon(1e-3));
+  }
+}
+}  // namespace
+
 TEST_CASE("q8 matvec of every target: blocks at the largest magnitudes sum exactly (no int32 overflow, exact float lanes)") {
   // Every weight quantizes to +-127 and every activation to +-32767: the largest block sums.
   const Index rows = 8, cols = 1408;
@@ -510,38 +649,76 @@ TEST_CASE("q8 matvec of every target: blocks at the largest magnitudes sum exact
     std::vector<float> ref(static_cast<size_t>(rows)), got(static_cast<size_t>(rows));
     kernels::q8::matvec_reference(q.q8_view(), xq.data(), xd.data(), ref.data(), 0, rows);
     matvec<kernels::q8::Format>(*k, q, {x.data(), xq.data(), xd.data()}, got.data(), 0, rows);
-    for (Index r = 0; r < rows; ++r) {
-      double exact = 0;
-      for (Index c = 0; c < cols; ++c) exact += static_cast<double>(m(r, c)) * x[static_cast<size_t>(c)];
-      CHECK(got[static_cast<size_t>(r)] == doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-6));
-      CHECK(got[static_cast<size_t>(r)] == doctest::Approx(exact).epsilon(1e-3));
+    check_extremes(m, x, ref, got, 1e-6);
+  }
+}
+
+TEST_CASE("q4 matvec of every target: blocks at the extreme levels sum exactly (no int16 saturation in the byte products)") {
+  // Levels 0 and 15 (weights -8 and +7 steps) against activations of +-127: the largest pairs.
+  const Index rows = 9, cols = 1408;
+  MatrixRM<float> m(rows, cols);
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (Index c = 0; c < cols; ++c) {
+    for (Index r = 0; r < rows; ++r) m(r, c) = c % 32 == 0 ? -8.0f : ((r + c) % 3 == 0 ? -8.0f : 7.0f);
+    x[static_cast<size_t>(c)] = c % 7 == 0 ? -3.0f : 3.0f;
+  }
+  const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q4);
+  const kernels::q4::View v = q.format_view<kernels::q4::Format>();
+  const Index blocks = kernels::q4::blocks_for(cols);
+  for (const kernels::Kernels* k : runnable_targets()) {
+    CAPTURE(k->name);
+    std::vector<int8_t> x8(static_cast<size_t>(blocks * 32));
+    std::vector<float> xd(static_cast<size_t>(blocks));
+    std::vector<int32_t> xs(static_cast<size_t>(blocks));
+    k->quantize_activations_int8(x.data(), cols, x8.data(), xd.data(), xs.data());
+    for (Index c = 0; c < cols; ++c) CHECK(std::abs(x8[static_cast<size_t>(c)]) == 127);
+    std::vector<float> ref(static_cast<size_t>(rows)), got(static_cast<size_t>(rows));
+    kernels::q4::matvec_reference(v, x8.data(), xd.data(), ref.data(), 0, rows);
+    const kernels::DecodeInput in{x.data(), nullptr, nullptr, x8.data(), xd.data(), xs.data()};
+    matvec<kernels::q4::Format>(*k, q, in, got.data(), 0, rows);
+    check_extremes(m, x, ref, got, 1e-5);
+  }
+}
+
+namespace {
+
+// An activation quantizer (q8's int16 or q4's int8 blocks) on blocks that are tiny, zero or
+// non-finite: quantize(x, cols, q, &d).
+template <class Q, class Quantize>
+void check_awkward_blocks(Quantize quantize) {
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  for (const Index cols : {Index{8}, Index{32}}) {  // the scalar tail path and the AVX2 full block
+    CAPTURE(cols);
+    // 32767 / denorm_min overflows: a zero next to it made 0 * inf = NaN before the fix.
+    std::vector<float> x(static_cast<size_t>(cols), 0.0f);
+    x[1] = tiny;
+    x[2] = -tiny;
+    std::vector<Q> q(32, 99);
+    float d = -1;
+    quantize(x.data(), cols, q.data(), &d);
+    CHECK(d == 0.0f);
+    for (const Q v : q) CHECK(v == 0);
+    // Non-finite activations keep the block's product non-finite (the sampler refuses it).
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      x.assign(static_cast<size_t>(cols), 1.0f);
+      x[3] = bad;
+      quantize(x.data(), cols, q.data(), &d);
+      CHECK_FALSE(std::isfinite(d));
     }
   }
 }
 
-TEST_CASE("q8 activations on every target: tiny, zero and non-finite blocks never convert NaN to an integer (fuzz_safetensors finding)") {
-  const float tiny = std::numeric_limits<float>::denorm_min();
+}  // namespace
+
+TEST_CASE("q8 and q4 activations on every target: tiny, zero and non-finite blocks never convert NaN to an integer (fuzz_safetensors finding)") {
   for (const kernels::Kernels* k : runnable_targets()) {
-    for (const Index cols : {Index{8}, Index{32}}) {  // the scalar tail path and the AVX2 full block
-      CAPTURE(k->name);
-      CAPTURE(cols);
-      // 32767 / denorm_min overflows: a zero next to it made 0 * inf = NaN before the fix.
-      std::vector<float> x(static_cast<size_t>(cols), 0.0f);
-      x[1] = tiny;
-      x[2] = -tiny;
-      std::vector<int16_t> q(32, 99);
-      float d = -1;
-      k->quantize_activations(x.data(), cols, q.data(), &d);
-      CHECK(d == 0.0f);
-      for (const int16_t v : q) CHECK(v == 0);
-      // Non-finite activations keep the block's product non-finite (the sampler refuses it).
-      for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-        x.assign(static_cast<size_t>(cols), 1.0f);
-        x[3] = bad;
-        k->quantize_activations(x.data(), cols, q.data(), &d);
-        CHECK_FALSE(std::isfinite(d));
-      }
-    }
+    CAPTURE(k->name);
+    check_awkward_blocks<int16_t>([&](const float* x, Index cols, int16_t* q, float* d) { k->quantize_activations(x, cols, q, d); });
+    check_awkward_blocks<int8_t>([&](const float* x, Index cols, int8_t* q, float* d) {
+      int32_t sum = -1;
+      k->quantize_activations_int8(x, cols, q, d, &sum);
+      CHECK(sum == 0);
+    });
   }
 }
 
@@ -551,7 +728,7 @@ TEST_CASE("gemm_each() of every target, every format, against the plain product:
   // and 797 rows make chunks of 96 on 2 threads.
   for (const kernels::Kernels* k : runnable_targets()) {
     CAPTURE(k->name);
-    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels}) {
+    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::F32Panels, WeightFormat::Q4}) {
       for (int threads : {1, 2, 3}) {
         kernels::ThreadPool pool(threads);
         kernels::GemmScratch scratch;
@@ -567,7 +744,7 @@ TEST_CASE("gemm_each() of every target, every format, against the plain product:
             CAPTURE(n);
             const MatrixRM<float> x = random_matrix(n, cols + 3, 32);  // rows with an outer stride
             const auto xb = x.leftCols(cols);
-            const MatrixRM<float> expected = (format == WeightFormat::Q8 ? q8_rounded(xb) : MatrixRM<float>(xb)) * plain.transpose();
+            const MatrixRM<float> expected = rounded_for(format, xb) * plain.transpose();
             MatrixRM<float> y = MatrixRM<float>::Constant(n, rows + 2, 99.0f);
             const kernels::GemmProduct product{&w, y.data(), y.outerStride()};
             k->gemm_each(x.data(), x.outerStride(), n, {&product, 1}, scratch, &pool);
@@ -621,13 +798,18 @@ TEST_CASE("decode kernels of every target this CPU runs match the references on 
         const Weight<float> f = Weight<float>::owned(m);
         const Weight<float> b = f.to_format(WeightFormat::BF16);
         const Weight<float> q = f.to_format(WeightFormat::Q8);
+        const Weight<float> q4 = f.to_format(WeightFormat::Q4);
         const Index blocks = kernels::q8::blocks_for(cols);
         std::vector<int16_t> xq(static_cast<size_t>(blocks * 32));
         std::vector<float> xd(static_cast<size_t>(blocks));
         k->quantize_activations(x.data(), cols, xq.data(), xd.data());
+        std::vector<int8_t> x8(static_cast<size_t>(blocks * 32));
+        std::vector<float> x8_scale(static_cast<size_t>(blocks));
+        std::vector<int32_t> x8_sum(static_cast<size_t>(blocks));
+        k->quantize_activations_int8(x.data(), cols, x8.data(), x8_scale.data(), x8_sum.data());
         std::vector<float> x_pairs(static_cast<size_t>(cols));
         kernels::bf16::to_pair_order(x.data(), cols, x_pairs.data());
-        const kernels::DecodeInput in{x.data(), xq.data(), xd.data(), x_pairs.data()};
+        kernels::DecodeInput in{x.data(), xq.data(), xd.data(), x8.data(), x8_scale.data(), x8_sum.data(), x_pairs.data()};
 
         // Whole matrix, then ranges that start and end inside groups of four rows.
         for (const auto& range : {std::pair<Index, Index>{0, rows}, {1, rows}, {rows / 2, rows - 1}, {2, rows}}) {
@@ -653,6 +835,9 @@ TEST_CASE("decode kernels of every target this CPU runs match the references on 
           kernels::q8::matvec_reference(q.q8_view(), xq.data(), xd.data(), ref.data(), begin, end);
           matvec<kernels::q8::Format>(*k, q, in, got.data(), begin, end);
           check("q8");
+          kernels::q4::matvec_reference(q4.format_view<kernels::q4::Format>(), x8.data(), x8_scale.data(), ref.data(), begin, end);
+          matvec<kernels::q4::Format>(*k, q4, in, got.data(), begin, end);
+          check("q4");
         }
       }
     }
@@ -712,6 +897,40 @@ TEST_CASE("AVX-512 decode products: asking for the weights ahead (decode_prefetc
 }
 #endif
 
+#if MINIMIND_HAS_AVX512
+TEST_CASE("AVX-512 q4 products: with VNNI (vpdpbusd) and without (vpmaddubsw), the same bits, with and without prefetch") {
+  if (!kernels::x86_features().avx512) {
+    MESSAGE("skipped: this CPU has no AVX-512");
+    return;
+  }
+  const bool vnni = kernels::cpu_features().avx512vnni;
+  MESSAGE("q4 on this CPU: " << std::string(vnni ? "VNNI (both kernels run)" : "no VNNI (vpmaddubsw only)"));
+  for (Index cols : {32, 100, 512, 1408}) {
+    CAPTURE(cols);
+    const Index rows = 12;
+    const MatrixRM<float> m = random_matrix(rows, cols, static_cast<uint32_t>(cols * 17), 0.05f);
+    const MatrixRM<float> x = random_matrix(1, cols, static_cast<uint32_t>(cols + 9));
+    const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q4);
+    const kernels::q4::View v = q.format_view<kernels::q4::Format>();
+    const Index blocks = kernels::q4::blocks_for(cols);
+    std::vector<int8_t> x8(static_cast<size_t>(blocks * 32));
+    std::vector<float> xd(static_cast<size_t>(blocks)), ref(rows);
+    std::vector<int32_t> xs(static_cast<size_t>(blocks));
+    kernels::q4::avx512::quantize_activations(x.data(), cols, x8.data(), xd.data(), xs.data());
+    kernels::q4::matvec_reference(v, x8.data(), xd.data(), ref.data(), 0, rows);
+    std::vector<float> plain(rows), ahead(rows), with_vnni(rows);
+    for (Index r = 0; r < rows; r += kernels::q4::kGroup) {
+      kernels::q4::avx512::group_of<false>(v, r, x8.data(), xd.data(), xs.data(), plain.data(), 0);
+      kernels::q4::avx512::group_of<false>(v, r, x8.data(), xd.data(), xs.data(), ahead.data(), kernels::kDecodePrefetchAheadZen5);
+      if (vnni) kernels::q4::avx512::group_of<true>(v, r, x8.data(), xd.data(), xs.data(), with_vnni.data(), 0);
+    }
+    CHECK(plain == ahead);
+    if (vnni) CHECK(plain == with_vnni);
+    for (Index r = 0; r < rows; ++r) CHECK(plain[static_cast<size_t>(r)] == doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-5).scale(1));
+  }
+}
+#endif
+
 namespace {
 
 // A 128-bit target's dot products (the target sections for kernels/neon.hpp and
@@ -761,11 +980,43 @@ void check_128bit_dots(F32Dot f32_dot, Bf16Dot bf16_dot, Q8BlocksDot q8_blocks_d
 
 }  // namespace
 
+namespace {
+
+// A 128-bit target's q4 dot (kernels/neon.hpp, kernels/wasm_simd128.hpp) against the scalar
+// reference: rows of 1 to 9 blocks, grouped (blocks 4 apart) and after the last group.
+template <class Q4BlocksDot, class Q4RowDot>
+void check_128bit_q4_dots(Q4BlocksDot q4_blocks_dot, Q4RowDot q4_row_dot) {
+  for (Index blocks = 1; blocks <= 9; ++blocks) {
+    const Index cols = blocks * 32 - 5;  // the last block zero padded
+    CAPTURE(cols);
+    const MatrixRM<float> m = random_matrix(5, cols, static_cast<uint32_t>(blocks + 7), 0.05f);
+    const MatrixRM<float> x = random_matrix(1, cols, static_cast<uint32_t>(blocks + 200));
+    const Weight<float> q = Weight<float>::owned(m).to_format(WeightFormat::Q4);
+    const kernels::q4::View w = q.format_view<kernels::q4::Format>();
+    std::vector<int8_t> x8(static_cast<size_t>(blocks * 32));
+    std::vector<float> xd(static_cast<size_t>(blocks));
+    std::vector<int32_t> xs(static_cast<size_t>(blocks));
+    kernels::q4::scalar::quantize_activations(x.data(), cols, x8.data(), xd.data(), xs.data());
+    std::vector<float> ref(5);
+    kernels::q4::matvec_reference(w, x8.data(), xd.data(), ref.data(), 0, 5);
+    for (Index r = 0; r < 5; ++r) {
+      CAPTURE(r);
+      const Index first = kernels::q4::block_index(w, r, 0), stride = r < 4 ? 4 : 1;
+      CHECK(q4_blocks_dot(w.q + first * 16, w.d + first, stride, x8.data(), xd.data(), blocks) ==
+            doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-5).scale(1));
+      CHECK(q4_row_dot(w, r, x8.data(), xd.data(), xs.data()) == doctest::Approx(ref[static_cast<size_t>(r)]).epsilon(1e-5).scale(1));
+    }
+  }
+}
+
+}  // namespace
+
 TEST_CASE("NEON dot products (aarch64) match the scalar references on every tail") {
 #if MINIMIND_HAS_NEON
   check_128bit_dots([](const float* w, const float* x, Index cols) { return kernels::f32::neon::dot(w, x, cols); },
                     kernels::bf16::neon::dot, kernels::neon::q8_dot, kernels::q8::neon::dot);
-  MESSAGE("ran: NEON kernels");
+  check_128bit_q4_dots(kernels::neon::q4_dot, kernels::q4::neon::dot);
+  MESSAGE("ran: NEON kernels (q4 " << std::string(kernels::neon::kQ4Sdot ? "with" : "without") << " sdot)");
 #else
   MESSAGE("not run: NEON kernels (this build is not for aarch64)");
 #endif
@@ -775,6 +1026,7 @@ TEST_CASE("WebAssembly SIMD128 dot products match the scalar references on every
 #if MINIMIND_HAS_WASM_SIMD
   check_128bit_dots([](const float* w, const float* x, Index cols) { return kernels::f32::wasm_simd128::dot(w, x, cols); },
                     kernels::bf16::wasm_simd128::dot, kernels::wasm_simd128::q8_dot, kernels::q8::wasm_simd128::dot);
+  check_128bit_q4_dots(kernels::wasm_simd128::q4_dot, kernels::q4::wasm_simd128::dot);
   MESSAGE("ran: WebAssembly SIMD128 kernels");
 #else
   MESSAGE("not run: WebAssembly SIMD128 kernels (this build is not for wasm with -msimd128)");

@@ -5,9 +5,9 @@
 // weights that overflow during a forward pass give inf/NaN logits, which the Sampler refuses.
 // A tensor stored as that format is used in place inside the loaded file (zero copy): F32 held as
 // row-major f32, BF16 held as bf16. Anything else is converted once into an owned buffer: F16/BF16
-// widened exactly to f32, or f32 values rounded to bf16, quantized to q8 (kernels/q8.hpp) or laid
-// out in f32_panels (which f32 models are held in where the active kernels read that faster,
-// LoadOptions::f32_panels), held in a WeightArena (huge pages: decode reads them faster). Shapes
+// widened exactly to f32, or f32 values rounded to bf16, quantized to q8 or q4 (kernels/q8.hpp,
+// kernels/q4.hpp) or laid out in f32_panels (which f32 models are held in where the active kernels
+// read that faster, LoadOptions::f32_panels), held in a WeightArena (huge pages: decode reads them faster). Shapes
 // are checked here against the config, with the tensor's name and the config field in the message.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/safetensors.hpp"
@@ -34,7 +34,8 @@ struct LoadOptions {
   WeightFormat format = WeightFormat::F32;  // of the matrices; norms always stay f32
   int threads = 0;                          // threads per forward pass; 0 = one per core
   // f32 matrices in f32_panels (kernels/f32_panels.hpp) where the active kernels read that faster
-  // (AVX-512); false keeps them row-major, viewed in place in the loaded file.
+  // (AVX-512, on the CPUs where that was measured: kernels::f32_panels_preferred); false keeps
+  // them row-major, viewed in place in the loaded file.
   bool f32_panels = true;
 };
 
@@ -56,7 +57,7 @@ class WeightLoader {
   // How the matrices of a model asked for in `format` are held (LoadOptions::f32_panels).
   static WeightFormat held(WeightFormat format, bool f32_panels = true) {
     if constexpr (std::is_same_v<T, float>) {
-      if (format == WeightFormat::F32 && f32_panels && kernels::active().f32_panels) return WeightFormat::F32Panels;
+      if (format == WeightFormat::F32 && f32_panels && kernels::f32_panels_preferred()) return WeightFormat::F32Panels;
     }
     return format;
   }

@@ -74,6 +74,7 @@ struct Format {
   static constexpr WeightFormat id = WeightFormat::BF16;
   static constexpr const char* name = "bf16";
   static constexpr bool kQuantizedInput = false;
+  static constexpr bool kInt8Input = false;
   static constexpr bool kKMajorInput = false;
   static constexpr bool kPairedInput = true;
   using View = bf16::View;

@@ -36,6 +36,7 @@ struct Format {
   static constexpr WeightFormat id = WeightFormat::F32;
   static constexpr const char* name = "f32";
   static constexpr bool kQuantizedInput = false;
+  static constexpr bool kInt8Input = false;
   static constexpr bool kKMajorInput = false;
   static constexpr bool kPairedInput = false;
   using View = f32::View;

@@ -7,8 +7,9 @@
 // sequence gets bit for bit the same in a batch as alone, and in prefill as in decode.
 // Why: reading one stream per panel, rather than one per row, is what lets several positions'
 // products keep up with memory; the same kernel on row-major rows gained nothing (commit 79223f6;
-// docs/performance.md, "Design choices"). The loader holds f32 models this way
-// where the active kernels ask for it (Kernels::f32_panels); the kernels are the target section.
+// docs/performance.md, "Design choices"). The loader holds f32 models this way where the active
+// kernels have them and the CPU measured them faster (f32_panels_preferred, targets.hpp); the
+// kernels are the target section.
 #ifndef MINIMIND_DETAIL_KERNELS_F32_PANELS_HPP
 #define MINIMIND_DETAIL_KERNELS_F32_PANELS_HPP
 #include "minimind/detail/kernels/format.hpp"
@@ -41,6 +42,7 @@ struct Format {
   static constexpr WeightFormat id = WeightFormat::F32Panels;
   static constexpr const char* name = "f32_panels";
   static constexpr bool kQuantizedInput = false;
+  static constexpr bool kInt8Input = false;
   static constexpr bool kPairedInput = false;
   static constexpr bool kKMajorInput = true;
   using View = f32_panels::View;

@@ -1,6 +1,6 @@
 #pragma once
 // The formats a weight matrix can be held in, chosen when a model is loaded, and what every
-// format's operations share. Each format is one file (f32.hpp, bf16.hpp, q8.hpp, f32_panels.hpp)
+// format's operations share. Each format is one file (f32.hpp, bf16.hpp, q8.hpp, f32_panels.hpp, q4.hpp)
 // that ends in its `Format` traits: its name, bytes, conversion from f32, row widening (embedding
 // lookup), the decode matrix-vector product, and the GEMM's block of widened rows and their cache
 // lines (or, f32_panels, products of its own that the GEMM calls).
@@ -14,18 +14,22 @@
 namespace minimind {
 
 // One value per format in formats.hpp's list, in the same order.
-enum class WeightFormat { F32, BF16, Q8, F32Panels };
+enum class WeightFormat { F32, BF16, Q8, F32Panels, Q4 };
 
 namespace kernels {
 
 // The activations of one position for a decode product: x, and what the formats in the product
-// read besides: x quantized in q8 blocks (Format::kQuantizedInput), x in bf16's pair order
+// read besides: x quantized in q8 blocks (Format::kQuantizedInput), x quantized to int8 in q4's blocks
+// with their scales and sums (Format::kInt8Input, q4.hpp), x in bf16's pair order
 // (Format::kPairedInput, bf16::to_pair_order), x in k-major groups of positions (Format::kKMajorInput,
 // f32_panels.hpp: this position's lane in its group).
 struct DecodeInput {
   const float* x = nullptr;
   const int16_t* xq = nullptr;
   const float* xd = nullptr;
+  const int8_t* x8 = nullptr;
+  const float* x8_scale = nullptr;
+  const int32_t* x8_sum = nullptr;
   const float* x_pairs = nullptr;
   const float* xk = nullptr;
 };

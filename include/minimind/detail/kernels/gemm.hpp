@@ -4,7 +4,7 @@
 // (Xp[panel][k][P]): the one transposition is of the small operand. A micro-kernel then computes
 // an R-weight-row x P-position tile in registers: per k it broadcasts one weight of each of the R
 // rows and multiplies two vectors of Xp. With AVX-512 the tile is 12 x 32 (24 zmm accumulators),
-// with AVX2 6 x 16 (12 ymm). f32 weights are read in place; bf16 and q8 rows are widened, R rows
+// with AVX2 6 x 16 (12 ymm). f32 weights are read in place; bf16, q8 and q4 rows are widened, R rows
 // x KC columns at a time, into a small per-thread buffer that stays in L1 (block(), in each
 // format's target section). The result is accumulated in a per-thread transposed tile buffer
 // (rows x positions, so tile stores are whole vectors) over blocks of KC columns, and transposed
@@ -42,9 +42,11 @@ struct GemmScratch {
   AlignedFloats xp;                 // X packed in panels of kPanel positions
   std::vector<AlignedFloats> ct;    // per thread: its rows of Y^T [rows, positions rounded up to kPanel]
   std::vector<AlignedFloats> wbuf;  // per thread: kRows widened weight rows x KC
-  AlignedFloats rounded;            // q8: the activations after q8 rounding [n, cols]
+  AlignedFloats rounded;            // q8, q4: the activations after their rounding [n, cols]
   std::vector<int16_t> xq;          // q8: one row of activations quantized
-  std::vector<float> xd;
+  std::vector<int8_t> x8;           // q4: the same in int8
+  std::vector<float> xd;            // their scales
+  std::vector<int32_t> x8_sum;      // q4: the sums of its blocks
 };
 
 // One product of a shared input: y [n, w.rows()] = X W^T, rows y_stride apart.
@@ -372,34 +374,50 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
   using namespace gemm_detail::MINIMIND_TARGET;
   if (products.empty() || n <= 0) return;
   const Index cols = products.front().w->cols();
-  auto quantized = [](const GemmProduct& product) {
-    return with_format(product.w->format(), []<class F>() { return F::kQuantizedInput; });
+  // How a product's activations are rounded first: as its decode product quantizes them (q8's
+  // int16 or q4's int8 blocks), so that prefill and decode compute the same function.
+  enum class Rounding { None, Int16, Int8 };
+  auto rounding = [](const GemmProduct& product) {
+    return with_format(product.w->format(), []<class F>() {
+      return F::kQuantizedInput ? Rounding::Int16 : F::kInt8Input ? Rounding::Int8 : Rounding::None;
+    });
   };
-  const bool q8_input = quantized(products.front());
+  const Rounding round = rounding(products.front());
   for (const GemmProduct& product : products) {
-    if (quantized(product) != q8_input) {  // they want different inputs
+    if (rounding(product) != round) {  // they want different inputs
       for (const GemmProduct& one : products) gemm_each(x, x_stride, n, {&one, 1}, scratch, pool);
       return;
     }
   }
   const int threads = pool ? pool->size() : 1;
 
-  // Formats with quantized input: the activations first go through the same per-block rounding
-  // as in the matrix-vector kernel, so prefill and decode compute the same function.
-  if (q8_input) {
+  if (round != Rounding::None) {
+    static_assert(q4::kBlock == q8::kBlock);
     const Index blocks = q8::blocks_for(cols);
     scratch.xq.resize(static_cast<size_t>(blocks * q8::kBlock));
+    scratch.x8.resize(static_cast<size_t>(blocks * q4::kBlock));
     scratch.xd.resize(static_cast<size_t>(blocks));
+    scratch.x8_sum.resize(static_cast<size_t>(blocks));
     ensure(scratch.rounded, n * cols);
     float* rounded = scratch.rounded.data();
     for (Index i = 0; i < n; ++i) {
-      q8::MINIMIND_TARGET::quantize_activations(x + i * x_stride, cols, scratch.xq.data(), scratch.xd.data());
+      if (round == Rounding::Int16) {
+        q8::MINIMIND_TARGET::quantize_activations(x + i * x_stride, cols, scratch.xq.data(), scratch.xd.data());
+      } else {
+        q4::MINIMIND_TARGET::quantize_activations(x + i * x_stride, cols, scratch.x8.data(), scratch.xd.data(),
+                                                  scratch.x8_sum.data());
+      }
       float* row = rounded + i * cols;
       for (Index b = 0; b < blocks; ++b) {  // block by block, so the loop vectorizes
         const float d = scratch.xd[static_cast<size_t>(b)];
-        const int16_t* q = scratch.xq.data() + b * q8::kBlock;
         const Index width = std::min(q8::kBlock, cols - b * q8::kBlock);
-        for (Index c = 0; c < width; ++c) row[b * q8::kBlock + c] = d * q[c];
+        if (round == Rounding::Int16) {
+          const int16_t* q = scratch.xq.data() + b * q8::kBlock;
+          for (Index c = 0; c < width; ++c) row[b * q8::kBlock + c] = d * q[c];
+        } else {
+          const int8_t* q = scratch.x8.data() + b * q4::kBlock;
+          for (Index c = 0; c < width; ++c) row[b * q4::kBlock + c] = d * q[c];
+        }
       }
     }
     x = rounded;

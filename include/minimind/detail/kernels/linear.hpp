@@ -4,7 +4,7 @@
 //   one position (decode): the format's matrix-vector product (Kernels::matvec), the weight rows
 //     split across the thread pool; each weight is read once per token.
 //   many positions (prefill): a matrix-matrix product (gemm.hpp), the weight rows split across
-//     the pool; bf16 and q8 rows are widened to f32 panels on the way in.
+//     the pool; bf16, q8 and q4 rows are widened to f32 panels on the way in.
 // The plain Eigen product `x * W.matrix().transpose()` is the reference all of these are tested
 // against (tests/test_kernels*.cpp).
 #include "minimind/detail/kernels/formats.hpp"
@@ -31,6 +31,9 @@ struct Workspace {
   // The decode kernels' inputs besides x; rows of cols a multiple of 16 start on cache lines.
   LineVector<int16_t> xq;  // activations quantized for q8 [rows, blocks * 32]
   std::vector<float> xd;   // their scales [rows, blocks]
+  LineVector<int8_t> x8;         // activations quantized to int8 for q4 [rows, blocks * 32]
+  std::vector<float> x8_scale;   // their scales [rows, blocks]
+  std::vector<int32_t> x8_sum;   // the sums of their blocks [rows, blocks]
   AlignedFloats x_pairs;   // activations in bf16's pair order [rows, cols]
   AlignedFloats x_lines;   // x copied onto cache lines [rows, line_floats(cols)]
   AlignedFloats x_groups;  // x in k-major groups of positions [groups, cols, f32_panels::kGroup]
@@ -39,9 +42,12 @@ struct Workspace {
   int threads() const { return pool ? pool->size() : 1; }
   // Makes room for the decode inputs of `rows` x `cols` activations (a session reserves them up front).
   void reserve_inputs(Index rows, Index cols) {
+    static_assert(q4::kBlock == q8::kBlock);
     const size_t blocks = static_cast<size_t>(rows * q8::blocks_for(cols));
     if (xq.size() < blocks * q8::kBlock) xq.resize(blocks * q8::kBlock);
     if (xd.size() < blocks) xd.resize(blocks);
+    if (x8.size() < blocks * q4::kBlock) x8.resize(blocks * q4::kBlock);
+    if (x8_scale.size() < blocks) x8_scale.resize(blocks), x8_sum.resize(blocks);
     if (x_pairs.size() < static_cast<size_t>(rows * cols)) x_pairs.resize(static_cast<size_t>(rows * cols));
     if (x_groups.size() < grouped_floats(rows, cols)) x_groups.resize(grouped_floats(rows, cols));
   }
@@ -51,18 +57,19 @@ struct Workspace {
     return n > 1 ? static_cast<size_t>((n + G - 1) / G * G * cols) : 0;
   }
   // What format F's decode product reads: x itself (every format but the quantized-input ones),
-  // x quantized, x in pair order, x in k-major groups.
+  // x quantized (to int16, or to int8), x in pair order, x in k-major groups.
   struct Needs {
-    bool plain = false, quantized = false, paired = false, k_major = false;
+    bool plain = false, quantized = false, paired = false, k_major = false, int8 = false;
     template <class F>
     static Needs of() {
-      return {!F::kQuantizedInput && !F::kKMajorInput, F::kQuantizedInput, F::kPairedInput, F::kKMajorInput};
+      return {!F::kQuantizedInput && !F::kInt8Input && !F::kKMajorInput, F::kQuantizedInput, F::kPairedInput,
+              F::kKMajorInput, F::kInt8Input};
     }
     static Needs of(WeightFormat format) {
       return with_format(format, []<class F>() { return of<F>(); });
     }
     Needs operator|(Needs o) const {
-      return {plain || o.plain, quantized || o.quantized, paired || o.paired, k_major || o.k_major};
+      return {plain || o.plain, quantized || o.quantized, paired || o.paired, k_major || o.k_major, int8 || o.int8};
     }
   };
   // Floats in a row of x_lines: whole cache lines.
@@ -82,12 +89,16 @@ struct Workspace {
       for (Index i = 0; i < n; ++i) std::copy_n(x + i * x_stride, cols, x_lines.data() + i * stride);
       x = x_lines.data(), x_stride = stride;
     }
-    if (!needs.quantized && !needs.paired) return {x, x_stride};
+    if (!needs.quantized && !needs.paired && !needs.int8) return {x, x_stride};
     reserve_inputs(n, cols);
     const Index blocks = q8::blocks_for(cols);
     for (Index i = 0; i < n; ++i) {
       if (needs.quantized) {
         kernels->quantize_activations(x + i * x_stride, cols, xq.data() + i * blocks * q8::kBlock, xd.data() + i * blocks);
+      }
+      if (needs.int8) {
+        kernels->quantize_activations_int8(x + i * x_stride, cols, x8.data() + i * blocks * q4::kBlock,
+                                           x8_scale.data() + i * blocks, x8_sum.data() + i * blocks);
       }
       if (needs.paired) bf16::to_pair_order(x + i * x_stride, cols, x_pairs.data() + i * cols);
     }
@@ -115,6 +126,9 @@ struct Workspace {
       DecodeInput& d = in[static_cast<size_t>(i)];
       d.x = x + i * x_stride;
       if constexpr (F::kQuantizedInput) d.xq = xq.data() + i * blocks * q8::kBlock, d.xd = xd.data() + i * blocks;
+      if constexpr (F::kInt8Input) {
+        d.x8 = x8.data() + i * blocks * q4::kBlock, d.x8_scale = x8_scale.data() + i * blocks, d.x8_sum = x8_sum.data() + i * blocks;
+      }
       if constexpr (F::kPairedInput) d.x_pairs = x_pairs.data() + i * cols;
       if constexpr (F::kKMajorInput) {
         if (n > 1) d.xk = x_groups.data() + (i / f32_panels::kGroup) * cols * f32_panels::kGroup + i % f32_panels::kGroup;

@@ -1,6 +1,6 @@
 #pragma once
 // ARM aarch64 NEON versions of the decode dot products, for the neon target (simd.hpp includes this
-// when the build has it, MINIMIND_HAS_NEON; the target sections use Ops and q8_dot).
+// when the build has it, MINIMIND_HAS_NEON; the target sections use Ops, q8_dot and q4_dot).
 // NEON is part of every aarch64 CPU, so no flag is needed. Prefill stays on Eigen's GEMM, which
 // has its own NEON kernels.
 //
@@ -9,6 +9,8 @@
 // would take two sdot per 16 products and a second activation layout, and 32767 splits into a
 // high byte of 128, outside int8: the activation range and so the reference results would change.
 // Widening multiplies (vmull/vmlal) of the int8 weights by the int16 activations keep the format.
+// q4 multiplies int8 activations (q4.hpp says why): sdot where the CPU has it, else the same widening
+// multiplies on bytes.
 #include "minimind/tensor.hpp"
 
 #include <arm_neon.h>
@@ -71,6 +73,43 @@ inline float q8_dot(const int8_t* q, Index stride, const uint16_t* d, const int1
   for (; b < blocks; ++b) {
     const float scale = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(d[b]))), 0);
     sum += scale * xd[b] * static_cast<float>(vaddvq_s32(q8_block_dot(q + b * stride, xq + b * 32)));
+  }
+  return sum;
+}
+
+// Whether q4's products use sdot (the `dotprod` extension: -march=armv8.2-a+dotprod or later).
+#if defined(__ARM_FEATURE_DOTPROD)
+inline constexpr bool kQ4Sdot = true;
+#else
+inline constexpr bool kQ4Sdot = false;
+#endif
+
+// The 32 products of one q4 block, its nibbles less 8 (int8 in [-8, 7]) by int8 activations, as 4
+// int32 partial sums. Without sdot each int16 lane adds four products of at most 8 x 127.
+inline int32x4_t q4_block_dot(const uint8_t* q, const int8_t* x) {
+  const uint8x16_t v = vld1q_u8(q);
+  const int8x16_t eight = vdupq_n_s8(8);
+  const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))), eight);
+  const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight);
+  const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, x0), hi, x1);
+#else
+  int16x8_t p = vmull_s8(vget_low_s8(lo), vget_low_s8(x0));
+  p = vmlal_high_s8(p, lo, x0);
+  p = vmlal_s8(p, vget_low_s8(hi), vget_low_s8(x1));
+  p = vmlal_high_s8(p, hi, x1);
+  return vpaddlq_s16(p);
+#endif
+}
+
+// One q4 row: sum_b d[b] xd[b] (block b's levels less 8 . block b of xq), block b's 16 bytes at
+// q + 16 b stride and its scale at d[b stride] (q4.hpp interleaves rows in groups).
+inline float q4_dot(const uint8_t* q, const uint16_t* d, Index stride, const int8_t* xq, const float* xd, Index blocks) {
+  float sum = 0;
+  for (Index b = 0; b < blocks; ++b) {
+    const float scale = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(d[b * stride]))), 0);
+    sum += scale * xd[b] * static_cast<float>(vaddvq_s32(q4_block_dot(q + b * stride * 16, xq + b * 32)));
   }
   return sum;
 }

@@ -111,6 +111,7 @@ struct Format {
   static constexpr WeightFormat id = WeightFormat::Q8;
   static constexpr const char* name = "q8";
   static constexpr bool kQuantizedInput = true;
+  static constexpr bool kInt8Input = false;
   static constexpr bool kKMajorInput = false;
   static constexpr bool kPairedInput = false;
   using View = q8::View;

@@ -2,7 +2,7 @@
 // each target's float vector operations and the decode dot-product loop over them.
 //
 // The kernels that differ per target are the target sections at the end of simd.hpp, f32.hpp,
-// bf16.hpp, q8.hpp and gemm.hpp. targets.hpp compiles them once per target, each time in that
+// bf16.hpp, q8.hpp, q4.hpp and gemm.hpp. targets.hpp compiles them once per target, each time in that
 // target's namespaces (kernels::avx2 and, for the formats' own, kernels::f32::avx2, ...) with:
 //   MINIMIND_TARGET     the namespace: avx512, avx2, neon, wasm_simd128 or scalar
 //   MINIMIND_AVX512     AVX-512 F/BW/VL (with AVX2, FMA, F16C): 512-bit decode kernels for f32
@@ -75,6 +75,7 @@ namespace minimind::kernels {
 struct CpuFeatures {
   bool avx2 = false;    // AVX2, FMA and F16C; the OS saves ymm
   bool avx512 = false;  // those and AVX-512 F, BW and VL; the OS saves zmm and the mask registers
+  bool avx512vnni = false;  // those and AVX512-VNNI (vpdpbusd: q4's byte products)
 };
 
 // How many bytes ahead the AVX-512 decode kernels (one sequence's matrix-vector products, which
@@ -103,6 +104,7 @@ inline CpuFeatures cpu_features() {
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
   f.avx2 = (xcr0 & 0x6) == 0x6 && (b >> 5 & 1);
   f.avx512 = f.avx2 && (xcr0 & 0xE0) == 0xE0 && (b >> 16 & 1) && (b >> 30 & 1) && (b >> 31 & 1);
+  f.avx512vnni = f.avx512 && (c >> 11 & 1);
   return f;
 }
 
@@ -135,6 +137,21 @@ inline uintptr_t decode_prefetch_ahead() {
 inline bool decode_bf16_extended() {
   static const bool extended = cpu_is_amd() && cpu_family() >= 0x1A;
   return extended;
+}
+
+// Whether f32 models are held in f32_panels (f32_panels.hpp) on a CPU of this vendor and family,
+// where the AVX-512 kernels have them: only where that was measured faster. On AMD Zen 5 (family
+// 0x1A) the panels' products beat the row-major register tiles (f32_panels.hpp says by how much);
+// on an Intel Xeon (family 6 model 207, Sapphire Rapids class) minimind-bench pp128 with them was
+// 0.81-0.87x of the row-major GEMM (minimind2-small and minimind-3, 1 and 2 threads) with decode
+// the same either way; on an AMD EPYC of family 0x19 (Zen 4) they were no faster either
+// (minimind2-small, 1 thread: pp128 0.95-1.06x, tg64 0.85-1.01x). Those CPUs, and every one not
+// measured, keep f32 row-major.
+inline bool f32_panels_measured_faster(bool amd, unsigned family) { return amd && family >= 0x1A; }
+// The same for this CPU; decided once.
+inline bool f32_panels_on_this_cpu() {
+  static const bool faster = f32_panels_measured_faster(cpu_is_amd(), cpu_family());
+  return faster;
 }
 #endif
 

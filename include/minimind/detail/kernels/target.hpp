@@ -28,13 +28,14 @@
 #include "minimind/detail/kernels/f32_panels.hpp"
 #include "minimind/detail/kernels/bf16.hpp"
 #include "minimind/detail/kernels/q8.hpp"
+#include "minimind/detail/kernels/q4.hpp"
 #include "minimind/detail/kernels/gemm.hpp"
 #include "minimind/detail/kernels/ops.hpp"
 
 namespace minimind::kernels::MINIMIND_TARGET {
 
 // Format F's decode products (targets.hpp): its matvec_positions where its section has one (all
-// the positions row by row), else its matvec (f32.hpp, bf16.hpp, q8.hpp, picked by the View)
+// the positions row by row), else its matvec (f32.hpp, bf16.hpp, q8.hpp, q4.hpp, picked by the View)
 // chunk by chunk, each chunk for every position.
 template <class F>
 void matvec_chunks(const typename F::View& w, std::span<const DecodeInput> in, float* y, Index y_stride, Index begin,
@@ -70,7 +71,8 @@ constexpr decltype(Kernels::gemm_min_rows) gemm_min_rows_table(FormatList<Fs...>
 }
 
 inline constexpr Kernels kKernels{MINIMIND_STRINGIFY(MINIMIND_TARGET), MINIMIND_AVX512 == 1, matvecs(Formats{}), gemm_min_rows_table(Formats{}),
-                                  &q8::MINIMIND_TARGET::quantize_activations, &gemm_each,
+                                  &q8::MINIMIND_TARGET::quantize_activations,
+                                  &q4::MINIMIND_TARGET::quantize_activations, &gemm_each,
                                   &silu_mul, &attend_heads};
 
 }  // namespace minimind::kernels::MINIMIND_TARGET

@@ -9,6 +9,7 @@
 #include "minimind/detail/kernels/formats.hpp"
 #include "minimind/detail/kernels/gemm.hpp"
 #include "minimind/detail/kernels/ops.hpp"
+#include "minimind/detail/kernels/q4.hpp"
 #include "minimind/detail/kernels/q8.hpp"
 #include "minimind/detail/kernels/simd.hpp"
 #include "minimind/detail/kernels/thread_pool.hpp"
@@ -58,13 +59,16 @@ struct MatvecsOf<FormatList<Fs...>> {
 // One target's kernels.
 struct Kernels {
   const char* name;                  // "avx512", "avx2", "neon", "wasm_simd128" or "scalar"
-  // Whether f32 models are held in f32_panels here (the loader asks): where that measured faster.
+  // Whether this target has f32_panels' fast products (its AVX-512 ones); the loader holds f32
+  // models in them only where the CPU measured them faster too (f32_panels_preferred).
   bool f32_panels;
   MatvecsOf<Formats>::type matvecs;  // each format's decode products
   // Per format (in WeightFormat order): from how many positions its products run on the GEMM.
   std::array<Index, std::tuple_size_v<MatvecsOf<Formats>::type>> gemm_min_rows;
   // x [cols] quantized in q8's blocks, for the formats that multiply quantized activations.
   void (*quantize_activations)(const float* x, Index cols, int16_t* q, float* d);
+  // x [cols] quantized to int8 in q4's blocks with their sums, for the formats that multiply those.
+  void (*quantize_activations_int8)(const float* x, Index cols, int8_t* q, float* d, int32_t* s);
   // y = X W^T for each product (gemm.hpp).
   void (*gemm_each)(const float* x, Index x_stride, Index n, std::span<const GemmProduct> products,
                     GemmScratch& scratch, ThreadPool* pool);
@@ -179,6 +183,16 @@ inline const Kernels& active() {
   static const Kernels& best =
       *std::find_if(targets().begin(), targets().end(), [](const Target& t) { return t.runs; })->kernels;
   return best;
+}
+
+// Whether f32 models are held in f32_panels (WeightLoader::held asks): where the active kernels
+// have their fast products and this CPU measured them faster than row-major f32 (simd.hpp).
+inline bool f32_panels_preferred() {
+#if defined(__x86_64__)
+  return active().f32_panels && f32_panels_on_this_cpu();
+#else
+  return active().f32_panels;
+#endif
 }
 
 // The name of the active target (the line `kernels: NAME` of minimind-next --info).

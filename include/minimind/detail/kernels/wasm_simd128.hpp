@@ -54,4 +54,31 @@ inline float q8_dot(const int8_t* q, Index stride, const uint16_t* d, const int1
   return sum;
 }
 
+// The 32 products of one q4 block, its nibbles less 8 by int8 activations, as 4 int32 partial sums:
+// both sides widened to int16, then i32x4.dot_i16x8.
+inline v128_t q4_block_dot(const uint8_t* q, const int8_t* x) {
+  const v128_t v = wasm_v128_load(q), eight = wasm_i8x16_splat(8);
+  const v128_t lo = wasm_i8x16_sub(wasm_v128_and(v, wasm_i8x16_splat(0x0F)), eight);
+  const v128_t hi = wasm_i8x16_sub(wasm_u8x16_shr(v, 4), eight);
+  const v128_t x0 = wasm_v128_load(x), x1 = wasm_v128_load(x + 16);
+  v128_t s = wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(lo), wasm_i16x8_extend_low_i8x16(x0));
+  s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(lo), wasm_i16x8_extend_high_i8x16(x0)));
+  s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(hi), wasm_i16x8_extend_low_i8x16(x1)));
+  return wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(hi), wasm_i16x8_extend_high_i8x16(x1)));
+}
+
+// One q4 row: sum_b d[b] xd[b] (block b's levels less 8 . block b of xq), block b's 16 bytes at
+// q + 16 b stride and its scale at d[b stride].
+inline float q4_dot(const uint8_t* q, const uint16_t* d, Index stride, const int8_t* xq, const float* xd, Index blocks) {
+  float sum = 0;
+  for (Index b = 0; b < blocks; ++b) {
+    const v128_t s = q4_block_dot(q + b * stride * 16, xq + b * 32);
+    const int32_t block = (wasm_i32x4_extract_lane(s, 0) + wasm_i32x4_extract_lane(s, 1)) +
+                          (wasm_i32x4_extract_lane(s, 2) + wasm_i32x4_extract_lane(s, 3));
+    const float scale = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(d[b * stride]));
+    sum += scale * xd[b] * static_cast<float>(block);
+  }
+  return sum;
+}
+
 }  // namespace minimind::kernels::wasm_simd128

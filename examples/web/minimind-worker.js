@@ -1,7 +1,8 @@
 // The web page's model, off the page's thread: loads minimind-web (the library in WebAssembly),
 // puts a checkpoint's files into its in-memory file system and answers the page's messages.
 // Page -> worker: {type: "load-demo"} | {type: "open", files: [File]} | {type: "inspect", text, top}
-//   | {type: "chat", messages, options} | {type: "stop"} | {type: "bench", prompt, decode}.
+//   | {type: "chat", messages, options} | {type: "stop"} | {type: "bench", prompt, decode}
+//   | {type: "shape", name} (random weights of a published shape, for bench).
 // Worker -> page: {type: "progress", text, fraction} | {type: "loaded", info} | {type: "trace", trace}
 //   | {type: "piece", text} | {type: "done", finish_reason, speed} | {type: "bench", result} | {type: "error", message}.
 "use strict";
@@ -91,7 +92,7 @@ async function openFiles(fileList) {
   if (!gguf && !fileList.some((f) => f.name === "config.json")) {
     throw new Error("open a .gguf file, or config.json + model.safetensors + tokenizer.json together");
   }
-  await load(files, gguf ? gguf.name : fileList.map((f) => f.name).join(" + "));
+  await load(files, (gguf ? gguf.name : "model.safetensors") + " from disk");
 }
 
 // A turn of the event loop without setTimeout's 4 ms clamp, so a Stop message gets in.
@@ -147,7 +148,8 @@ onmessage = async (event) => {
     else if (message.type === "chat") {
       if (generating) throw new Error("a reply is already being generated");
       await chat(message.messages, message.options);
-    } else if (message.type === "bench") postMessage({ type: "bench", result: call(module.bench(message.prompt, message.decode)) });
+    } else if (message.type === "shape") postMessage({ type: "loaded", info: { ...call(module.loadShape(message.name)), name: message.name + " (random weights)" } });
+    else if (message.type === "bench") postMessage({ type: "bench", result: call(module.bench(message.prompt, message.decode)) });
     else throw new Error("unknown message " + message.type);
   } catch (e) {
     postMessage({ type: "error", request: message.type, message: e.message || String(e) });

@@ -9,6 +9,7 @@
 #include <emscripten/bind.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -177,25 +178,52 @@ std::string step(int tokens) {
   });
 }
 
-// Speed on the loaded model, timed inside WebAssembly: prefill of `prompt_tokens` random ids, then
-// `decode_tokens` single-token steps (greedy, eos ignored), as minimind-bench measures natively.
+// Random weights of a published shape (minimind2-small, minimind-3), no tokenizer: what
+// minimind-bench --shape loads, to measure the speed of a real size without its checkpoint.
+std::string load_shape(const std::string& name) {
+  return guarded([&] {
+    reply.reset();
+    chat_template.reset();
+    loaded.reset();
+    minimind::Config config;
+    if (name == "minimind2-small") config = minimind::Config::minimind2_small();
+    else if (name == "minimind-3") config = minimind::Config::minimind3();
+    else throw minimind::Error("unknown shape \"" + name + "\" (minimind2-small or minimind-3)");
+    minimind::LoadOptions options;
+    options.threads = 1;
+    loaded.emplace(minimind::Pretrained<float>{name, minimind::MiniMindForCausalLM<float>::random(config, 1, options), std::nullopt, {}});
+    return Json{{"path", name}, {"parameters", loaded->model.num_parameters()}, {"kernels", minimind::kernels::name()}};
+  });
+}
+
+// minimind-bench's pp and tg tests on the loaded model, timed inside WebAssembly: one forward pass
+// over `prompt_tokens` ids, and `decode_tokens` single-token passes, each from an empty session.
 std::string bench(int prompt_tokens, int decode_tokens) {
   return guarded([&] {
-    const auto& p = model();
-    const auto vocab = p.model.config().vocab_size;
-    std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
+    using Clock = std::chrono::steady_clock;
+    const auto& m = model().model;
+    const auto vocab = static_cast<uint64_t>(m.config().vocab_size);
     minimind::Rng rng(1);
-    for (auto& id : prompt) id = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
-    minimind::GenerationConfig g;
-    g.max_new_tokens = decode_tokens + 1;  // the first comes from the prefill
-    g.ignore_eos = true;
-    g.sampling.temperature = 0;
-    auto session = p.model.new_session(static_cast<minimind::Index>(prompt_tokens + decode_tokens + 1));
-    const auto result = minimind::generate(p.model, session, prompt, g);
-    return Json{{"prefill_tokens_per_second", result.prefill_tokens_per_second()},
-                {"decode_tokens_per_second", result.decode_tokens_per_second()},
-                {"prompt_tokens", prompt_tokens},
-                {"decode_tokens", result.ids.size() - 1}};
+    std::vector<int32_t> prompt(static_cast<size_t>(std::max(prompt_tokens, 1)));
+    for (auto& id : prompt) id = static_cast<int32_t>(rng.next() % vocab);
+    auto session = m.new_session(static_cast<minimind::Index>(std::max(prompt_tokens, decode_tokens) + 1));
+    Json out = Json::object();
+    if (prompt_tokens > 0) {
+      const auto start = Clock::now();
+      m.forward(session, prompt, false);
+      out["prefill_tokens_per_second"] = prompt_tokens / std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    if (decode_tokens > 0) {
+      session.reset();
+      int32_t id = prompt[0];
+      const auto start = Clock::now();
+      for (int i = 0; i < decode_tokens; ++i) {
+        m.forward(session, std::span<const int32_t>(&id, 1), false);
+        id = static_cast<int32_t>(rng.next() % vocab);
+      }
+      out["decode_tokens_per_second"] = decode_tokens / std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    return out;
   });
 }
 
@@ -207,5 +235,6 @@ EMSCRIPTEN_BINDINGS(minimind_web) {
   emscripten::function("inspect", &inspect);
   emscripten::function("startChat", &start_chat);
   emscripten::function("step", &step);
+  emscripten::function("loadShape", &load_shape);
   emscripten::function("bench", &bench);
 }

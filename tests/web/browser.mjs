@@ -123,9 +123,21 @@ try {
   await page.screenshot({ path: screenshot + "-inspect.png", fullPage: true });
 
   if (benchFlag === "--bench") {
-    for (const [prompt, decode] of [[128, 0], [1, 128], [128, 0], [1, 128]]) {
-      const result = await page.evaluate((p, d) => ask({ type: "bench", prompt: p, decode: d }), prompt, decode);
-      console.log("browser.mjs: bench " + JSON.stringify(result));
+    // Median of 5 after a warm-up, as minimind-bench reports; the demo model, then random weights
+    // of minimind2-small's shape (minimind-bench --shape).
+    for (const shape of [null, "minimind2-small"]) {
+      if (shape) {
+        await page.evaluate((name) => { delete document.getElementById("model-name").dataset.loaded; worker.postMessage({ type: "shape", name }); }, shape);
+        await page.waitForSelector("#model-name[data-loaded]", { timeout: 120000 });
+      }
+      const runs = { prefill_tokens_per_second: [], decode_tokens_per_second: [] };
+      for (let r = 0; r <= 5; ++r) {
+        const result = await page.evaluate(() => ask({ type: "bench", prompt: 128, decode: 128 }));
+        if (r > 0) for (const key in runs) runs[key].push(result[key]);
+      }
+      const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+      console.log("browser.mjs: bench " + (shape || "demo") + ": pp128 " + median(runs.prefill_tokens_per_second).toFixed(1) +
+                  " tok/s, tg128 " + median(runs.decode_tokens_per_second).toFixed(1) + " tok/s (median of 5)");
     }
   }
 

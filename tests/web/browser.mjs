@@ -110,8 +110,12 @@ try {
   console.log("browser.mjs: the page measured: " + speed.text);
   await page.screenshot({ path: screenshot + "-chat.png", fullPage: true });
 
-  // The user's own checkpoint: the demo model's files, opened through the file input.
+  // The user's own checkpoint: files that are not one say so in one line; then the demo model's
+  // files, opened through the file input.
   const input = await page.$('[data-testid="open-model"]');
+  await input.uploadFile(path.join(modelDir, "tokenizer.json"));
+  await page.waitForFunction(() => document.getElementById("model-name").textContent.startsWith("Could not load"), { timeout: 60000 });
+  console.log("browser.mjs: tokenizer.json alone: " + (await page.$eval("#model-name", (e) => e.textContent)));
   await input.uploadFile(...["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"].map((f) => path.join(modelDir, f)));
   await page.waitForSelector("#model-name[data-loaded]", { timeout: 120000 });
   const opened = await page.$eval("#model-name", (e) => e.dataset.loaded);

@@ -1,5 +1,6 @@
 // Drives minimind-server's page in headless Chromium: a chat reply streams into `reply`; inspecting
-// 今天天气 shows 很 first with the probability minimind-next printed; no page error and no request
+// 今天天气 shows 很 first with the probability minimind-next printed; the page shows the tokens/s
+// it measured (from the stream's usage chunk); no page error and no request
 // to any host but the server. Usage: node page.mjs SERVER_URL EXPECTED_PROBABILITY SCREENSHOT
 import puppeteer from "puppeteer-core";
 
@@ -58,6 +59,10 @@ try {
   if (chunks.length < 2) problems.push("the reply did not stream: " + chunks.length + " content chunks");
   if (chunks.join("") !== reply) problems.push("the reply shown " + JSON.stringify(reply) + " is not the streamed text " + JSON.stringify(chunks.join("")));
   console.log("page.mjs: reply streamed in " + chunks.length + " chunks (" + lengths.length + " page updates): " + JSON.stringify(reply.slice(0, 60)));
+
+  const speed = await page.$eval('[data-testid="speed"]', (e) => ({ text: e.textContent, decode: Number(e.dataset.decode), prefill: Number(e.dataset.prefill) }));
+  if (!(speed.decode > 0) || !(speed.prefill > 0)) problems.push("the page shows no measured speed: " + JSON.stringify(speed));
+  console.log("page.mjs: the page measured: " + speed.text);
 
   // Inspect: the raw text's next-token top-k.
   await page.$eval('[data-testid="prompt"]', (e) => { e.value = ""; });

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The in-browser page: drives build-web/web (minimind-web's folder, served as static files from
+# 127.0.0.1) in headless Chromium (browser.mjs); the expected probability of 很 after 今天天气 comes
+# from the native minimind-next --json.
+# Usage: tests/web/browser.sh BUILD_DIR WEB_BUILD_DIR [--bench]   (BUILD_DIR holds bin/minimind-next,
+# WEB_BUILD_DIR the built minimind-web target; the screenshots go to WEB_BUILD_DIR/web-screenshot-*.png)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="$(cd "${1:?usage: browser.sh BUILD_DIR WEB_BUILD_DIR}" && pwd)"
+web_build="$(cd "${2:?usage: browser.sh BUILD_DIR WEB_BUILD_DIR}" && pwd)"
+source "$here/../start_server.sh"  # npm_ci_once
+
+npm_ci_once "$here" puppeteer-core
+[ -f "$web_build/web/minimind-web.wasm" ] || { echo "$web_build/web/minimind-web.wasm not found; build the minimind-web target first" >&2; exit 1; }
+
+probability="$("$build/bin/minimind-next" --json --prompt 今天天气 |
+  node -e 'const j = JSON.parse(require("fs").readFileSync(0, "utf8")); if (j.top[0].text !== "很") process.exit(1); console.log(j.top[0].probability)')"
+
+node "$here/browser.mjs" "$web_build/web" "$here/../../examples/models/demo" "$probability" "$web_build/web-screenshot" "${3:-}"
+echo "browser.sh: in-browser page in headless Chromium: ok"

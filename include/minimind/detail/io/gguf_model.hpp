@@ -8,7 +8,8 @@
 // (minimind-3). llama.cpp's converter permutes the q and k rows of `llama` so that RoPE pairs
 // are adjacent (interleaved); that is undone exactly here, giving back the HF rows (rotate-half
 // pairs). Tensor types: F32, F16 and BF16 are viewed in place; the quantized ones (Q4_0 ... IQ4_XS,
-// kernels/ggml_kquants.hpp's list) are dequantized to owned F32 buffers.
+// kernels/ggml_kquants.hpp's list) too, as Dtype::GGML with their ggml type, their scales checked
+// here (the loader holds them as stored or widens them, weights.hpp).
 #include "minimind/error.hpp"
 #include "minimind/detail/io/gguf.hpp"
 #include "minimind/detail/line_aligned.hpp"
@@ -131,10 +132,8 @@ inline TensorTable tensor_table(const File& f) {
         if (!kernels::ggml::with_type(info.type, []<class>() {})) {
           throw Error(where + ": ggml type " + std::string(info.type_name()) + " is not supported (" + supported_types() + " are)");
         }
-        auto values = std::make_shared<LineVector<float>>(static_cast<size_t>(info.numel()));
-        dequantize(f, info, values->data());
-        bytes = std::span<std::byte>(reinterpret_cast<std::byte*>(values->data()), values->size() * sizeof(float));
-        owner = values;
+        check_scales(f, info);
+        dtype = Dtype::GGML;
       }
     }
     if (target->permute != detail::Target::Permute::None) {
@@ -154,6 +153,7 @@ inline TensorTable tensor_table(const File& f) {
     }
     TensorRef t;
     t.dtype = dtype;
+    t.ggml_type = dtype == Dtype::GGML ? info.type : 0;
     t.file = f.source();
     t.owner = owner;
     if (!target->experts || shape.size() == 2) {

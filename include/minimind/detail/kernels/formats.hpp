@@ -5,6 +5,7 @@
 #include "minimind/detail/kernels/f32.hpp"
 #include "minimind/detail/kernels/f32_panels.hpp"
 #include "minimind/detail/kernels/format.hpp"
+#include "minimind/detail/kernels/ggml.hpp"
 #include "minimind/detail/kernels/q8.hpp"
 #include "minimind/error.hpp"
 
@@ -16,7 +17,7 @@ namespace kernels {
 
 template <class... Fs>
 struct FormatList {};
-using Formats = FormatList<f32::Format, bf16::Format, q8::Format, f32_panels::Format>;
+using Formats = FormatList<f32::Format, bf16::Format, q8::Format, f32_panels::Format, ggml::Format>;
 
 namespace format_detail {
 template <class F, class... Rest, class Fn>

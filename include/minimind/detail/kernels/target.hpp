@@ -28,6 +28,7 @@
 #include "minimind/detail/kernels/f32_panels.hpp"
 #include "minimind/detail/kernels/bf16.hpp"
 #include "minimind/detail/kernels/q8.hpp"
+#include "minimind/detail/kernels/ggml.hpp"
 #include "minimind/detail/kernels/gemm.hpp"
 #include "minimind/detail/kernels/ops.hpp"
 

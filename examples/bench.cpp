@@ -211,13 +211,17 @@ int run(int argc, char** argv) {
   }
   std::vector<std::string> notes;
   for (const auto format : formats) {
-    const minimind::LoadOptions options{format, thread_counts.front()};
+    minimind::LoadOptions options{format, thread_counts.front()};
+    options.quantized_as_stored = !args.has("--dtype") || options.format == minimind::WeightFormat::Ggml;
     const double rss_before = resident_mib();
     const auto load_start = Clock::now();
     Model model = args.has("--model") ? Model::from_pretrained(*args.get("--model"), options)
                                       : Model::random(shape_config, 1, options);
     const double load_ms = seconds_since(load_start) * 1e3;
     const double rss_loaded = resident_mib();
+    // What the matrices are held in: a GGUF file's quantized ones as stored (ggml) without --dtype.
+    const minimind::WeightFormat held =
+        model.model.layers.front().self_attn.q_proj.format() == minimind::WeightFormat::Ggml ? minimind::WeightFormat::Ggml : format;
     const int64_t vocab = model.config().vocab_size;
     Tokens tokens;
     std::vector<int32_t> prompt(static_cast<size_t>(p));
@@ -227,7 +231,7 @@ int run(int argc, char** argv) {
     for (const int threads : thread_counts) {
       model.set_threads(threads);
       if (!batch_sizes.empty()) {
-        bench_batches(model, shape, format, threads, batch_sizes, n, reps, json, tokens);
+        bench_batches(model, shape, held, threads, batch_sizes, n, reps, json, tokens);
         continue;
       }
       for (const auto& [test, count] : {std::pair<std::string, int64_t>{"pp", p}, {"tg", n}}) {
@@ -241,7 +245,7 @@ int run(int argc, char** argv) {
         const std::string name = test + std::to_string(count);
         if (json) {
           nlohmann::json row = {{"shape", shape},
-                                {"dtype", minimind::format_name(format)},
+                                {"dtype", minimind::format_name(held)},
                                 {"threads", threads},
                                 {"kernels", minimind::kernels::name()},
                                 {"test", name},
@@ -257,7 +261,7 @@ int run(int argc, char** argv) {
           std::printf("%s\n", row.dump().c_str());
         } else {
           std::printf("| %-15s | %-5s | %9.2f | %10zu | %7d | %6s | %10.2f | %10.2f | %10.2f |\n", shape.c_str(),
-                      minimind::format_name(format), static_cast<double>(model.weight_bytes()) / (1024.0 * 1024.0),
+                      minimind::format_name(held), static_cast<double>(model.weight_bytes()) / (1024.0 * 1024.0),
                       model.num_parameters(), threads, name.c_str(), s.min, s.median, s.max);
         }
         std::fflush(stdout);
@@ -265,7 +269,7 @@ int run(int argc, char** argv) {
     }
     char note[256];
     std::snprintf(note, sizeof note, "%s %s: load %.1f ms, resident %.1f MiB after load (%.1f before), %.1f MiB after the runs",
-                  shape.c_str(), minimind::format_name(format), load_ms, rss_loaded, rss_before, resident_mib());
+                  shape.c_str(), minimind::format_name(held), load_ms, rss_loaded, rss_before, resident_mib());
     notes.push_back(note);
   }
   if (!json) {

@@ -167,13 +167,14 @@ namespace cli {
 // The --model flag every program shares; defaults to the demo model shipped in examples/models.
 inline Args& model_flag(Args& args) {
   return args.value("--model", "checkpoint directory, or .safetensors/.pth/.gguf file (default: the demo model, " MINIMIND_DEMO_MODEL_DIR ")")
-      .value("--dtype", "weight format held in memory: f32, bf16, q8 or q4 (default f32)")
+      .value("--dtype", "weight format held in memory: f32, bf16, q8 or q4 (default f32; a GGUF file's quantized matrices are held as stored unless --dtype is given)")
       .value("--threads", "threads per forward pass (default: one per core)");
 }
 inline std::filesystem::path model_dir(const Args& args) { return args.get_or("--model", MINIMIND_DEMO_MODEL_DIR); }
 inline minimind::LoadOptions load_options(const Args& args) {
   minimind::LoadOptions options;
   options.format = minimind::parse_format(args.get_or("--dtype", "f32"));
+  options.quantized_as_stored = !args.has("--dtype") || options.format == minimind::WeightFormat::Ggml;
   const int64_t threads = args.int_or("--threads", 0);
   constexpr int64_t kMax = minimind::MiniMindForCausalLM<float>::kMaxThreads;
   if (args.has("--threads") && (threads < 1 || threads > kMax)) {

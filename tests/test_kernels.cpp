@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
@@ -1124,4 +1125,72 @@ TEST_CASE("attend_heads of every target: causal softmax(q k^T * scale) v of each
       }
     }
   }
+}
+
+namespace {
+
+// A [rows, cols] matrix of random blocks of ggml type Q held as stored (format ggml): random
+// codes, scales of either sign up to a few thousandths (values of order 0.01 to 1).
+template <class Q>
+Weight<float> random_ggml(Index rows, Index cols, uint32_t seed) {
+  using Block = typename Q::Block;
+  std::mt19937 rng(seed);
+  auto storage = std::make_shared<std::vector<Block>>(static_cast<size_t>(rows * cols / Q::kValues));
+  std::uniform_real_distribution<float> scale(-0.004f, 0.004f);
+  auto half = [&] { return Eigen::numext::bit_cast<uint16_t>(Eigen::half(scale(rng))); };
+  for (Block& b : *storage) {
+    auto* bytes = reinterpret_cast<uint8_t*>(&b);
+    for (size_t i = 0; i < sizeof(Block); ++i) bytes[i] = static_cast<uint8_t>(rng());
+    b.d = half();
+    if constexpr (requires { b.dmin; }) b.dmin = half();
+    if constexpr (requires { b.m; }) b.m = half();
+  }
+  const kernels::ggml::View v{reinterpret_cast<const std::byte*>(storage->data()), Q::kType, rows, cols,
+                              static_cast<Index>(cols / Q::kValues * sizeof(Block))};
+  return Weight<float>::packed<kernels::ggml::Format>(storage, v, true);
+}
+
+}  // namespace
+
+TEST_CASE("ggml: every type's decode product and GEMM on every target against the widened weight, row lookup exact") {
+  size_t types = 0;
+  kernels::ggml::each_type([&]<class Q>() {
+    ++types;
+    const std::string type = Q::kName;
+    CAPTURE(type);
+    std::vector<std::pair<Index, Index>> shapes = {{37, 512}, {70, 256}};
+    if (Q::kValues == 32) shapes.push_back({13, 96});
+    for (const auto& shape : shapes) {
+      const Index rows = shape.first, cols = shape.second;
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const Weight<float> w = random_ggml<Q>(rows, cols, static_cast<uint32_t>(rows * 7 + Q::kType));
+      CHECK(w.format() == WeightFormat::Ggml);
+      CHECK(w.bytes() == static_cast<size_t>(rows * cols / Q::kValues) * sizeof(typename Q::Block));
+      const MatrixRM<float> plain = widened(w);
+      // The row lookup is the scalar dequantizer's (bit for bit gguf-py's, test_ggml_quants.cpp).
+      std::vector<float> row(static_cast<size_t>(cols));
+      const auto* blocks = reinterpret_cast<const typename Q::Block*>(w.format_view<kernels::ggml::Format>().data);
+      for (Index b = 0; b < cols / Q::kValues; ++b) Q::dequantize(blocks[(rows - 1) * cols / Q::kValues + b], row.data() + b * Q::kValues);
+      CHECK(std::equal(row.begin(), row.end(), plain.row(rows - 1).data()));
+      for (const kernels::Kernels* k : runnable_targets()) {
+        CAPTURE(k->name);
+        kernels::ThreadPool pool(2);
+        kernels::Workspace work;
+        work.pool = &pool;
+        work.kernels = k;
+        for (Index n : {1, 3, 20}) {  // decode products below 13 positions, the GEMM from there
+          CAPTURE(n);
+          const MatrixRM<float> x = random_matrix(n, cols, 51 + static_cast<uint32_t>(n));
+          const MatrixRM<float> xr = q8_rounded(x);
+          const MatrixRM<float> expected = xr * plain.transpose();
+          const double l1 = (xr.cwiseAbs() * plain.cwiseAbs().transpose()).maxCoeff();
+          MatrixRM<float> out(n, rows);
+          kernels::linear(x, w, out, work);
+          CHECK(max_abs(out, expected) <= 3e-6 * l1);
+        }
+      }
+    }
+  });
+  CHECK(types == 12);
 }

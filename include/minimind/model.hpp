@@ -77,7 +77,7 @@ class MiniMindForCausalLM {
   // Builds the model over an already-parsed tensor table (the weights keep its files alive).
   static MiniMindForCausalLM from_tensors(const Config& config, const io::TensorTable& tensors,
                                           const LoadOptions& options = {}) {
-    return build(config, WeightLoader<T>(tensors, options.format, options.f32_panels), options);
+    return build(config, WeightLoader<T>(tensors, options.format, options.f32_panels, options.quantized_as_stored), options);
   }
 
   // A model of the given shape with deterministic random weights (benchmarks, shape tests).

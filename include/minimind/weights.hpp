@@ -7,7 +7,9 @@
 // row-major f32, BF16 held as bf16. Anything else is converted once into an owned buffer: F16/BF16
 // widened exactly to f32, or f32 values rounded to bf16, quantized to q8 or q4 (kernels/q8.hpp,
 // kernels/q4.hpp) or laid out in f32_panels (which f32 models are held in where the active kernels
-// read that faster, LoadOptions::f32_panels), held in a WeightArena (huge pages: decode reads them faster). Shapes
+// read that faster, LoadOptions::f32_panels), held in a WeightArena (huge pages: decode reads them
+// faster). A GGUF file's quantized matrices are held as stored, in place (kernels/ggml.hpp), unless
+// LoadOptions::quantized_as_stored is false; then they are widened like the rest. Shapes
 // are checked here against the config, with the tensor's name and the config field in the message.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/safetensors.hpp"
@@ -18,6 +20,7 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cstdint>
 #include <cmath>
 #include <cstring>
@@ -37,6 +40,9 @@ struct LoadOptions {
   // (AVX-512, on the CPUs where that was measured: kernels::f32_panels_preferred); false keeps
   // them row-major, viewed in place in the loaded file.
   bool f32_panels = true;
+  // A GGUF file's quantized matrices (Q4_0, Q4_K, ...) held as stored, read in place in the file
+  // (format ggml, kernels/ggml.hpp); false widens them and holds them as `format` like the rest.
+  bool quantized_as_stored = true;
 };
 
 // Turns checkpoint tensors into Weights of compute type T in the chosen format, checking each
@@ -46,8 +52,9 @@ struct LoadOptions {
 template <class T>
 class WeightLoader {
  public:
-  explicit WeightLoader(const io::TensorTable& table, WeightFormat format = WeightFormat::F32, bool f32_panels = true)
-      : table_(&table), format_(held(format, f32_panels)) {}
+  explicit WeightLoader(const io::TensorTable& table, WeightFormat format = WeightFormat::F32, bool f32_panels = true,
+                        bool quantized_as_stored = true)
+      : table_(&table), format_(held(format, f32_panels)), quantized_as_stored_(quantized_as_stored) {}
   static WeightLoader random(uint64_t seed, WeightFormat format = WeightFormat::F32, bool f32_panels = true) {
     WeightLoader w;
     w.seed_ = seed;
@@ -74,6 +81,12 @@ class WeightLoader {
     if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols) {
       throw Error(t.file + ": tensor \"" + name + "\" has shape " + t.shape_string() + " but the config implies [" +
                   std::to_string(rows) + ", " + std::to_string(cols) + "] (" + dims + ")");
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (t.dtype == io::Dtype::GGML && packed && quantized_as_stored_) {
+        const kernels::ggml::View v{t.bytes.data(), t.ggml_type, rows, cols, static_cast<Index>(t.bytes.size()) / rows};
+        return Weight<T>::template packed<kernels::ggml::Format>(t.owner, v, true);
+      }
     }
     return load(t, rows, cols, format);
   }
@@ -111,6 +124,20 @@ class WeightLoader {
   // In place only in the model's own format: a view keeps the whole loaded file alive, so a norm
   // viewed in an f32 file whose matrices became q8 would keep all of those f32 matrices too.
   Weight<T> load(const io::TensorRef& t, Index rows, Index cols, WeightFormat format) const {
+    if (t.dtype == io::Dtype::GGML) {  // widened block by block (the reader checked their scales)
+      return make_weight(rows, cols, format, [&](T* data) {
+        kernels::ggml::with_type(t.ggml_type, [&]<class Q>() {
+          const auto count = static_cast<uint64_t>(rows * cols / Q::kValues);
+          if constexpr (std::is_same_v<T, float>) {
+            kernels::ggml::dequantize_blocks<Q>(t.bytes.data(), count, data);
+          } else {
+            std::vector<float> values(static_cast<size_t>(rows * cols));
+            kernels::ggml::dequantize_blocks<Q>(t.bytes.data(), count, values.data());
+            std::copy(values.begin(), values.end(), data);
+          }
+        });
+      });
+    }
     check_finite(t);
     if constexpr (std::is_same_v<T, float>) {  // a double model widens every value below
       const auto address = reinterpret_cast<uintptr_t>(t.bytes.data());
@@ -197,12 +224,14 @@ class WeightLoader {
         std::memcpy(&bits, p, 2);
         return static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(bits));
       }
+      case io::Dtype::GGML: break;  // blocks, not elements: widened whole in load()
     }
     return 0.0f;
   }
 
   const io::TensorTable* table_ = nullptr;
   WeightFormat format_ = WeightFormat::F32;
+  bool quantized_as_stored_ = true;
   std::shared_ptr<WeightArena> arena_ = std::make_shared<WeightArena>();  // shared by copies of the loader
   uint64_t seed_ = 0;
 };

@@ -7,8 +7,7 @@
 #include "minimind/error.hpp"
 #include "minimind/detail/io/byte_reader.hpp"
 #include "minimind/detail/io/loaded_file.hpp"
-
-#include <Eigen/Core>
+#include "minimind/detail/kernels/ggml_kquants.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -96,9 +95,9 @@ struct Value {
 };
 
 // ggml tensor types: block size (elements) and bytes per block. The ones MiniMind can use are
-// F32, F16, BF16, Q8_0 and Q4_0; the others are known so a file holding them parses and the
-// tensor is then refused by name.
-enum class GgmlType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, BF16 = 30 };
+// F32, F16, BF16 and the quantized types of kernels/ggml_kquants.hpp's list; the others are known so a
+// file holding them parses and the tensor is then refused by name.
+enum class GgmlType : uint32_t { F32 = 0, F16 = 1, BF16 = 30 };
 
 struct TypeTraits {
   const char* name = nullptr;
@@ -366,8 +365,9 @@ class File {
                     std::to_string(alignment_));
       }
       if (t.offset > available || t.nbytes > available - t.offset) {
-        throw Error(source_ + ": " + what + ": data [" + std::to_string(t.offset) + ", +" + std::to_string(t.nbytes) +
-                    ") lies outside the " + std::to_string(available) + " bytes of tensor data");
+        throw Error(source_ + ": at byte " + std::to_string(data_offset_ + t.offset) + ": " + what + ": data [" +
+                    std::to_string(t.offset) + ", +" + std::to_string(t.nbytes) + ") lies outside the " + std::to_string(available) +
+                    " bytes of tensor data");
       }
       by_offset.push_back(&t);
     }
@@ -390,29 +390,32 @@ class File {
   std::vector<TensorInfo> tensors_;
 };
 
-// Dequantization of the two block formats MiniMind GGUFs use; d is a float16 scale per 32 values.
-inline float half_to_float(const std::byte* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits));
+// What an unsupported tensor type's error lists.
+inline std::string supported_types() {
+  std::string names = "F32, F16, BF16";
+  kernels::ggml::each_type([&]<class Q>() { names += std::string(", ") + Q::kName; });
+  return names;
 }
-// Q8_0: [d: f16][q: 32 x int8], x = d * q.
-inline void dequantize_q8_0(const std::byte* blocks, uint64_t n, float* out) {
-  for (uint64_t b = 0; b < n / 32; ++b, blocks += 34) {
-    const float d = half_to_float(blocks);
-    for (int j = 0; j < 32; ++j) out[b * 32 + j] = d * static_cast<float>(static_cast<int8_t>(std::to_integer<uint8_t>(blocks[2 + j])));
-  }
+
+// Refuses a block of quantized tensor `t` whose scale is not finite (gguf-py would widen it to
+// infinities or NaNs), naming the tensor, the block and its byte in the file.
+inline void check_scales(const File& f, const TensorInfo& t) {
+  const std::byte* blocks = f.tensor_data(t).data();
+  kernels::ggml::with_type(t.type, [&]<class Q>() {
+    const uint64_t count = t.numel() / Q::kValues, bad = kernels::ggml::first_non_finite<Q>(blocks, count);
+    if (bad == count) return;
+    throw Error(f.source() + ": tensor \"" + t.name + "\": " + Q::kName + " block " + std::to_string(bad) + " (at byte " +
+                std::to_string(f.data_offset() + t.offset + bad * sizeof(typename Q::Block)) + ") has a scale that is not finite");
+  });
 }
-// Q4_0: [d: f16][16 bytes], x[j] = d * (low nibble of byte j - 8), x[j + 16] = d * (high nibble - 8).
-inline void dequantize_q4_0(const std::byte* blocks, uint64_t n, float* out) {
-  for (uint64_t b = 0; b < n / 32; ++b, blocks += 18) {
-    const float d = half_to_float(blocks);
-    for (int j = 0; j < 16; ++j) {
-      const uint8_t q = std::to_integer<uint8_t>(blocks[2 + j]);
-      out[b * 32 + j] = d * static_cast<float>((q & 0x0F) - 8);
-      out[b * 32 + j + 16] = d * static_cast<float>((q >> 4) - 8);
-    }
-  }
+
+// Tensor `t` of a quantized type widened to float32 at `out` [numel], its scales checked first.
+inline void dequantize(const File& f, const TensorInfo& t, float* out) {
+  check_scales(f, t);
+  const bool known = kernels::ggml::with_type(t.type, [&]<class Q>() {
+    kernels::ggml::dequantize_blocks<Q>(f.tensor_data(t).data(), t.numel() / Q::kValues, out);
+  });
+  if (!known) throw Error(f.source() + ": tensor \"" + t.name + "\": ggml type " + t.type_name() + " is not a quantized type");
 }
 
 }  // namespace minimind::io::gguf

@@ -7,8 +7,9 @@
 // Architectures: `llama` (MiniMind2 exported as LlamaForCausalLM) and `qwen3` / `qwen3moe`
 // (minimind-3). llama.cpp's converter permutes the q and k rows of `llama` so that RoPE pairs
 // are adjacent (interleaved); that is undone exactly here, giving back the HF rows (rotate-half
-// pairs). Tensor types: F32, F16 and BF16 are viewed in place; Q8_0 and Q4_0 are dequantized to
-// owned F32 buffers.
+// pairs). Tensor types: F32, F16 and BF16 are viewed in place; the quantized ones (Q4_0 ... IQ4_XS,
+// kernels/ggml_kquants.hpp's list) too, as Dtype::GGML with their ggml type, their scales checked
+// here (the loader holds them as stored or widens them, weights.hpp).
 #include "minimind/error.hpp"
 #include "minimind/detail/io/gguf.hpp"
 #include "minimind/detail/line_aligned.hpp"
@@ -127,18 +128,13 @@ inline TensorTable tensor_table(const File& f) {
       case static_cast<uint32_t>(GgmlType::F32): dtype = Dtype::F32; break;
       case static_cast<uint32_t>(GgmlType::F16): dtype = Dtype::F16; break;
       case static_cast<uint32_t>(GgmlType::BF16): dtype = Dtype::BF16; break;
-      case static_cast<uint32_t>(GgmlType::Q8_0):
-      case static_cast<uint32_t>(GgmlType::Q4_0): {
-        auto values = std::make_shared<LineVector<float>>(static_cast<size_t>(info.numel()));
-        if (info.type == static_cast<uint32_t>(GgmlType::Q8_0)) dequantize_q8_0(bytes.data(), info.numel(), values->data());
-        else dequantize_q4_0(bytes.data(), info.numel(), values->data());
-        bytes = std::span<std::byte>(reinterpret_cast<std::byte*>(values->data()), values->size() * sizeof(float));
-        owner = values;
-        break;
+      default: {
+        if (!kernels::ggml::with_type(info.type, []<class>() {})) {
+          throw Error(where + ": ggml type " + std::string(info.type_name()) + " is not supported (" + supported_types() + " are)");
+        }
+        check_scales(f, info);
+        dtype = Dtype::GGML;
       }
-      default:
-        throw Error(where + ": ggml type " + std::string(info.type_name()) +
-                    " is not supported (F32, F16, BF16, Q8_0 and Q4_0 are)");
     }
     if (target->permute != detail::Target::Permute::None) {
       const int64_t n_head = target->permute == detail::Target::Permute::Heads ? heads : kv_heads;
@@ -157,6 +153,7 @@ inline TensorTable tensor_table(const File& f) {
     }
     TensorRef t;
     t.dtype = dtype;
+    t.ggml_type = dtype == Dtype::GGML ? info.type : 0;
     t.file = f.source();
     t.owner = owner;
     if (!target->experts || shape.size() == 2) {

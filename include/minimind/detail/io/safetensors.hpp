@@ -19,14 +19,16 @@
 
 namespace minimind::io {
 
-enum class Dtype { F32, F16, BF16 };
+// GGML: a GGUF file's quantized blocks (TensorRef::ggml_type, kernels/ggml.hpp), read as bytes.
+enum class Dtype { F32, F16, BF16, GGML };
 
-inline size_t dtype_size(Dtype dtype) { return dtype == Dtype::F32 ? 4 : 2; }
+inline size_t dtype_size(Dtype dtype) { return dtype == Dtype::F32 ? 4 : dtype == Dtype::GGML ? 1 : 2; }
 inline const char* dtype_name(Dtype dtype) {
   switch (dtype) {
     case Dtype::F32: return "F32";
     case Dtype::F16: return "F16";
     case Dtype::BF16: return "BF16";
+    case Dtype::GGML: return "GGML";
   }
   return "?";
 }
@@ -36,6 +38,7 @@ inline const char* dtype_name(Dtype dtype) {
 struct TensorRef {
   std::string name;
   Dtype dtype = Dtype::F32;
+  uint32_t ggml_type = 0;  // Dtype::GGML: the ggml type of the blocks
   std::vector<int64_t> shape;
   std::span<std::byte> bytes;
   std::string file;

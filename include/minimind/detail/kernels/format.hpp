@@ -1,6 +1,6 @@
 #pragma once
 // The formats a weight matrix can be held in, chosen when a model is loaded, and what every
-// format's operations share. Each format is one file (f32.hpp, bf16.hpp, q8.hpp, f32_panels.hpp, q4.hpp)
+// format's operations share. Each format is one file (f32.hpp, bf16.hpp, q8.hpp, f32_panels.hpp, q4.hpp, ggml.hpp)
 // that ends in its `Format` traits: its name, bytes, conversion from f32, row widening (embedding
 // lookup), the decode matrix-vector product, and the GEMM's block of widened rows and their cache
 // lines (or, f32_panels, products of its own that the GEMM calls).
@@ -14,7 +14,7 @@
 namespace minimind {
 
 // One value per format in formats.hpp's list, in the same order.
-enum class WeightFormat { F32, BF16, Q8, F32Panels, Q4 };
+enum class WeightFormat { F32, BF16, Q8, F32Panels, Q4, Ggml };
 
 namespace kernels {
 

@@ -6,6 +6,7 @@
 #include "minimind/detail/kernels/f32_panels.hpp"
 #include "minimind/detail/kernels/format.hpp"
 #include "minimind/detail/kernels/q4.hpp"
+#include "minimind/detail/kernels/ggml.hpp"
 #include "minimind/detail/kernels/q8.hpp"
 #include "minimind/error.hpp"
 
@@ -17,7 +18,7 @@ namespace kernels {
 
 template <class... Fs>
 struct FormatList {};
-using Formats = FormatList<f32::Format, bf16::Format, q8::Format, f32_panels::Format, q4::Format>;
+using Formats = FormatList<f32::Format, bf16::Format, q8::Format, f32_panels::Format, q4::Format, ggml::Format>;
 
 namespace format_detail {
 template <class F, class... Rest, class Fn>

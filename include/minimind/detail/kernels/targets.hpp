@@ -8,6 +8,7 @@
 #include "minimind/detail/kernels/format.hpp"
 #include "minimind/detail/kernels/formats.hpp"
 #include "minimind/detail/kernels/gemm.hpp"
+#include "minimind/detail/kernels/ggml.hpp"
 #include "minimind/detail/kernels/ops.hpp"
 #include "minimind/detail/kernels/q4.hpp"
 #include "minimind/detail/kernels/q8.hpp"

@@ -120,7 +120,10 @@ class Weight {
     if constexpr (!kHasPackedFormats) {
       return static_cast<size_t>(rows_ * cols_) * sizeof(T);
     } else {
-      return kernels::with_format(format_, [&]<class F>() { return F::bytes(rows_, cols_); });
+      return kernels::with_format(format_, [&]<class F>() {
+        if constexpr (requires { F::bytes(format_view<F>()); }) return F::bytes(format_view<F>());  // per type (ggml)
+        else return F::bytes(rows_, cols_);
+      });
     }
   }
   // True when the weight is read in place from the checkpoint file.

@@ -58,6 +58,7 @@ struct Format {
   static constexpr WeightFormat id = WeightFormat::Ggml;
   static constexpr const char* name = "ggml";
   static constexpr bool kQuantizedInput = true;
+  static constexpr bool kInt8Input = false;
   static constexpr bool kKMajorInput = false;
   static constexpr bool kPairedInput = false;
   using View = ggml::View;

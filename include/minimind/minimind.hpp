@@ -2,6 +2,7 @@
 // The whole public library: include this one header. What it is built from (file formats,
 // kernels, the tokenizer's stages) lives in minimind/detail/.
 #include "minimind/batch.hpp"
+#include "minimind/chat_reply.hpp"
 #include "minimind/chat_template.hpp"
 #include "minimind/checkpoint.hpp"
 #include "minimind/config.hpp"

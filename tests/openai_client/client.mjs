@@ -109,5 +109,61 @@ await check('an unknown model is a NotFoundError', async () => {
   });
 });
 
+// Tools as the client sends them. The demo model writes no <tool_call> of its own, so with
+// tool_choice "auto" the reply is text; what is checked is that every field the client sends is
+// taken, and that a conversation holding a call and its result (the second half of a round trip)
+// is answered.
+const tools = [{
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: '查询城市天气',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+}];
+
+await check('tools with tool_choice auto and parallel_tool_calls are taken; the reply is a message', async () => {
+  const reply = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: '北京天气怎么样？' }], tools, tool_choice: 'auto', parallel_tool_calls: false,
+    temperature: 0, max_tokens: 16,
+  });
+  assert.equal(reply.choices[0].message.role, 'assistant');
+  assert.equal(typeof reply.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(reply.choices[0].finish_reason));
+});
+
+await check('a call and its tool result in the history are answered, streamed and not', async () => {
+  const messages = [
+    { role: 'user', content: '北京天气怎么样？' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "北京"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '{"sky": "晴", "temp": 20}' },
+  ];
+  // Without the tools list, which alone fills most of the demo model's 512 positions.
+  const reply = await client.chat.completions.create({ model, messages, temperature: 0, max_tokens: 16 });
+  assert.equal(typeof reply.choices[0].message.content, 'string');
+  const stream = await client.chat.completions.create({ model, messages, temperature: 0, max_tokens: 16, stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  assert.equal(text, reply.choices[0].message.content);
+});
+
+await check('a tool result answering no call is a BadRequestError naming tool_call_id', async () => {
+  await assert.rejects(client.chat.completions.create({
+    model, tools, messages: [{ role: 'user', content: 'q' }, { role: 'tool', tool_call_id: 'call_9', content: 'r' }],
+  }), (error) => {
+    assert.ok(error instanceof OpenAI.BadRequestError, `got ${error?.constructor?.name}`);
+    assert.equal(error.param, 'messages[1].tool_call_id');
+    return true;
+  });
+});
+
+await check('a field the server does not honour is a BadRequestError naming it, not ignored', async () => {
+  await assert.rejects(client.chat.completions.create({ ...request, model, presence_penalty: 0.5 }), (error) => {
+    assert.ok(error instanceof OpenAI.BadRequestError, `got ${error?.constructor?.name}`);
+    assert.equal(error.param, 'presence_penalty');
+    return true;
+  });
+});
+
 console.log(`openai client: ${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);

@@ -9,6 +9,7 @@
 #include "minimind/embedding.hpp"
 #include "minimind/error.hpp"
 #include "minimind/generate.hpp"
+#include "minimind/json_constraint.hpp"
 #include "minimind/model.hpp"
 #include "minimind/observer.hpp"
 #include "minimind/pretrained.hpp"

@@ -8,6 +8,7 @@
 #include <minimind/chat_template.hpp>
 #include <minimind/detail/io/json.hpp>
 #include <minimind/generate.hpp>
+#include <minimind/json_constraint.hpp>
 #include <minimind/tokenizer.hpp>
 
 #include <nlohmann/json.hpp>
@@ -259,6 +260,12 @@ struct ChatRequest {
   ToolChoice tool_choice = ToolChoice::automatic;
   bool parallel_tool_calls = true;
   minimind::ChatReplyOptions reply;  // how the reply's text splits
+  // Constrained replies (a forced tool call, a JSON response_format): the text the reply starts
+  // with, put at the end of the prompt (it closes an open think block and opens the call), the
+  // grammar of what the model writes after it, and the text that closes a document that ended.
+  std::string prefill;
+  std::shared_ptr<const minimind::JsonGrammar> grammar;
+  std::string suffix;
 };
 
 inline std::vector<minimind::ChatMessage> parse_messages(const Json& body) {
@@ -334,7 +341,8 @@ inline std::vector<minimind::ChatMessage> parse_messages(const Json& body) {
 }
 
 // `tools`: OpenAI function tools, passed to the template as given (it renders each with tojson).
-inline std::vector<Json> parse_tools(const Json& body, std::vector<std::string>& names) {
+// `strict`: the paths of the tools that ask for strict arguments (honoured when a call is forced).
+inline std::vector<Json> parse_tools(const Json& body, std::vector<std::string>& names, std::vector<std::string>& strict) {
   std::vector<Json> tools;
   auto it = body.find("tools");
   if (it == body.end() || it->is_null()) return tools;
@@ -357,23 +365,36 @@ inline std::vector<Json> parse_tools(const Json& body, std::vector<std::string>&
     if (auto parameters = function->find("parameters"); parameters != function->end() && !parameters->is_object()) {
       throw bad_param(at + ".function.parameters", at + ".function.parameters must be a JSON Schema object");
     }
-    if (field<bool>(*function, "strict", at + ".function.strict").value_or(false)) {
-      throw bad_param(at + ".function.strict", at + ".function.strict: arguments that always follow the schema need constrained decoding, "
-                                                     "which this server does not have yet");
-    }
+    if (field<bool>(*function, "strict", at + ".function.strict").value_or(false)) strict.push_back(at + ".function.strict");
     names.push_back(*name);
     tools.push_back(tool);
   }
   return tools;
 }
 
-inline ChatRequest parse_chat_request(const Json& body, const minimind::ChatTemplate& chat_template) {
+// The grammar of `schema` (at `param`), its refusal of an unsupported keyword a 400 naming it.
+inline std::shared_ptr<const minimind::JsonGrammar> schema_grammar(const Json& schema, const std::string& param, const minimind::Tokenizer& tokenizer) {
+  try {
+    return minimind::JsonGrammar::from_schema(nlohmann::json(schema), tokenizer);
+  } catch (const minimind::Error& e) {
+    throw bad_param(param, param + ": " + e.what());
+  }
+}
+
+// A tool's parameters schema; none means no arguments.
+inline Json tool_parameters(const Json& tool) { return tool["function"].value("parameters", Json{{"type", "object"}}); }
+
+inline constexpr const char* kToolChoiceForms =
+    "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}";
+
+inline ChatRequest parse_chat_request(const Json& body, const minimind::ChatTemplate& chat_template, const minimind::Tokenizer& tokenizer) {
   ChatRequest request;
   request.messages = parse_messages(body);
   request.options.add_generation_prompt = true;
-  std::vector<std::string> names;
-  auto tools = parse_tools(body, names);
+  std::vector<std::string> names, strict;
+  auto tools = parse_tools(body, names, strict);
 
+  std::string named;
   if (auto choice = body.find("tool_choice"); choice != body.end() && !choice->is_null()) {
     if (*choice == "none") request.tool_choice = ToolChoice::none;
     else if (*choice == "auto") request.tool_choice = ToolChoice::automatic;
@@ -382,7 +403,7 @@ inline ChatRequest parse_chat_request(const Json& body, const minimind::ChatTemp
       check_keys(*choice, "tool_choice", {"type", "function"});
       const auto function = choice->find("function");
       if (field<std::string>(*choice, "type", "tool_choice.type") != "function" || function == choice->end() || !function->is_object()) {
-        throw bad_param("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        throw bad_param("tool_choice", kToolChoiceForms);
       }
       check_keys(*function, "tool_choice.function", {"name"});
       const auto name = field<std::string>(*function, "name", "tool_choice.function.name");
@@ -390,26 +411,19 @@ inline ChatRequest parse_chat_request(const Json& body, const minimind::ChatTemp
         throw bad_param("tool_choice.function.name", "tool_choice names the function \"" + name.value_or("") + "\", which is not in tools");
       }
       request.tool_choice = ToolChoice::named;
+      named = *name;
     } else {
-      throw bad_param("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      throw bad_param("tool_choice", kToolChoiceForms);
     }
   }
   if (request.tool_choice == ToolChoice::required && tools.empty()) throw bad_param("tool_choice", "tool_choice \"required\" needs tools");
-  if (request.tool_choice == ToolChoice::required || request.tool_choice == ToolChoice::named) {
-    throw bad_param("tool_choice", "tool_choice \"required\" or a named function needs constrained decoding, which this server does not have yet; "
-                                   "use \"auto\"");
+  const bool forced = request.tool_choice == ToolChoice::required || request.tool_choice == ToolChoice::named;
+  // Strict arguments are guaranteed only where the call is forced through the constraint.
+  if (!strict.empty() && !forced && request.tool_choice != ToolChoice::none) {
+    throw bad_param(strict.front(), strict.front() + ": arguments that always follow the schema need the call to be forced "
+                                                     "(tool_choice \"required\" or a named function); with \"auto\" the model writes freely");
   }
   request.parallel_tool_calls = field<bool>(body, "parallel_tool_calls").value_or(true);
-
-  if (auto format = body.find("response_format"); format != body.end() && !format->is_null()) {
-    if (!format->is_object()) throw bad_param("response_format", "response_format must be an object");
-    const auto type = field<std::string>(*format, "type", "response_format.type");
-    if (type == "json_object" || type == "json_schema") {
-      throw bad_param("response_format", "response_format " + *type + " needs constrained decoding, which this server does not have yet");
-    }
-    if (type != "text") throw bad_param("response_format.type", "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
-    check_keys(*format, "response_format", {"type"});
-  }
 
   // Thinking, as upstream's serve_openai_api.py reads it: open_thinking, or chat_template_kwargs'
   // open_thinking or enable_thinking, opens minimind-3's think block. chat_template_kwargs are also
@@ -427,11 +441,82 @@ inline ChatRequest parse_chat_request(const Json& body, const minimind::ChatTemp
 
   // tool_choice none: the tools are not offered, and no reply text is read as a call.
   const bool offer_tools = request.tool_choice != ToolChoice::none && !tools.empty();
-  if (offer_tools) request.options.tools = std::move(tools);
+  if (offer_tools) request.options.tools = tools;
   request.reply.starts_in_thinking = minimind::reply_starts_in_thinking(chat_template, request.options);
   request.reply.tool_calls = offer_tools;
-  request.reply.tool_names = std::move(names);
+  request.reply.tool_names = names;
+
+  if (auto format = body.find("response_format"); format != body.end() && !format->is_null()) {
+    if (!format->is_object()) throw bad_param("response_format", "response_format must be an object");
+    const auto type = field<std::string>(*format, "type", "response_format.type");
+    if (type == "json_object") {
+      check_keys(*format, "response_format", {"type"});
+      request.grammar = minimind::JsonGrammar::any_object(tokenizer);
+    } else if (type == "json_schema") {
+      check_keys(*format, "response_format", {"type", "json_schema"});
+      const auto spec = format->find("json_schema");
+      if (spec == format->end() || !spec->is_object()) throw bad_param("response_format.json_schema", "response_format.json_schema must be an object");
+      check_keys(*spec, "response_format.json_schema", {"name", "description", "schema", "strict"});
+      if (!field<std::string>(*spec, "name", "response_format.json_schema.name")) {
+        throw bad_param("response_format.json_schema.name", "response_format.json_schema.name is required");
+      }
+      field<std::string>(*spec, "description", "response_format.json_schema.description");
+      field<bool>(*spec, "strict", "response_format.json_schema.strict");  // the reply always follows the schema
+      const auto schema = spec->find("schema");
+      if (schema == spec->end() || schema->is_null()) request.grammar = minimind::JsonGrammar::any_object(tokenizer);
+      else if (!schema->is_object()) throw bad_param("response_format.json_schema.schema", "response_format.json_schema.schema must be an object");
+      else request.grammar = schema_grammar(*schema, "response_format.json_schema.schema", tokenizer);
+    } else if (type != "text") {
+      throw bad_param("response_format.type", "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
+    } else {
+      check_keys(*format, "response_format", {"type"});
+    }
+    if (request.grammar && offer_tools) {
+      throw bad_param("response_format", "a JSON response_format leaves no room for tool calls: send tool_choice \"none\" with it, or no tools");
+    }
+  }
+
+  // A forced call: the reply is one <tool_call> block whose arguments follow the function's
+  // parameters. With one function the prompt ends in the call's opening up to its arguments, as
+  // the model was trained to write it; with several, the grammar also chooses the name.
+  if (forced) {
+    std::vector<size_t> candidates;
+    for (size_t i = 0; i < tools.size(); ++i)
+      if (named.empty() || names[i] == named) candidates.push_back(i);
+    if (candidates.size() == 1) {
+      const size_t i = candidates.front();
+      request.grammar = schema_grammar(tool_parameters(tools[i]), "tools[" + std::to_string(i) + "].function.parameters", tokenizer);
+      request.prefill = "<tool_call>\n{\"name\": " + minimind::detail::tojson(names[i]) + ", \"arguments\": ";
+      request.suffix = "}\n</tool_call>";
+    } else {
+      Json branches = Json::array();
+      for (size_t i : candidates) {
+        const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
+        schema_grammar(tool_parameters(tools[i]), param, tokenizer);  // names the tool whose schema is refused
+        branches.push_back({{"type", "object"},
+                            {"properties", {{"name", {{"const", names[i]}}}, {"arguments", tool_parameters(tools[i])}}},
+                            {"required", {"name", "arguments"}}});
+      }
+      request.grammar = schema_grammar(Json{{"anyOf", branches}}, "tools", tokenizer);
+      request.prefill = "<tool_call>\n";
+      request.suffix = "\n</tool_call>";
+    }
+  }
+  // A constrained reply starts with the document: an open think block is closed first, empty.
+  if (request.grammar && request.reply.starts_in_thinking) request.prefill = "\n</think>\n\n" + request.prefill;
   return request;
+}
+
+// The checks of a constrained reply that need its length: the grammar's shortest document must
+// fit in max_tokens, and the eos id must be able to end it.
+inline void check_constrained_job(const ChatRequest& chat, const Job& job, const Json& body) {
+  if (!chat.grammar) return;
+  if (job.config.ignore_eos) throw bad_param("ignore_eos", "ignore_eos cannot be combined with a constrained reply, which ends with the eos id");
+  try {
+    chat.grammar->check_room(job.config.max_new_tokens);
+  } catch (const minimind::Error& e) {
+    throw bad_param(body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", e.what());
+  }
 }
 
 // ---- Replies ----

@@ -453,6 +453,7 @@ enum class Kind { Chat, Completion };
 struct Outcome {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::string finish_reason;  // "stop" or "length"; empty when cut short
+  bool eos = false;           // the reply ended with an eos id (a constrained one: its document is whole)
   bool disconnected = false, cancelled = false;
 };
 
@@ -520,18 +521,22 @@ class Server {
       std::shared_ptr<const openai::ChatRequest> chat;
       if (kind == Kind::Chat) {
         if (!template_) throw ApiError(500, template_error_, "server_error");
-        chat = std::make_shared<const openai::ChatRequest>(openai::parse_chat_request(body, *template_));
+        chat = std::make_shared<const openai::ChatRequest>(openai::parse_chat_request(body, *template_, tokenizer_));
         std::string text;
         try {
           text = template_->render(chat->messages, chat->options);
         } catch (const minimind::Error& e) {
           throw openai::bad_param("messages", e.what());  // an order of turns the template refuses
         }
-        prompt = tokenizer_.encode(text);
+        prompt = tokenizer_.encode(text + chat->prefill);
       } else {
         prompt = openai::parse_prompt(body, tokenizer_);
       }
       auto job = std::make_shared<Job>(openai::parse_job(body, std::move(prompt), checkpoint_.generation, context_, checkpoint_.model.config().vocab_size));
+      if (chat) {
+        openai::check_constrained_job(*chat, *job, body);
+        job->config.json_grammar = chat->grammar;
+      }
       ClientGone client_gone(req);
       auto lease = acquire(kind == Kind::Chat ? "chat" : "completion", client_gone, res);
       if (!lease) return;
@@ -542,6 +547,7 @@ class Server {
       std::string text;
       std::optional<openai::ChatReplyWriter> writer;
       if (chat) writer.emplace(chat->reply, call_id_prefix(id));
+      if (writer) writer->push(chat->prefill);
       Outcome outcome = run(*job, lease->session(), [&](std::string_view piece) {
         if (client_gone()) return Delivery::gone;
         if (writer) {
@@ -557,6 +563,7 @@ class Server {
       if (outcome.disconnected) return send_error(res, ApiError(503, "the client closed the connection", "server_error"));
       Json choice = {{"index", 0}};
       if (writer) {
+        if (outcome.eos) writer->push(chat->suffix);
         writer->finish();
         choice["message"] = writer->message();
         outcome.finish_reason = writer->finish_reason(outcome.finish_reason);
@@ -666,7 +673,8 @@ class Server {
           };
           Outcome outcome;
           try {
-            if (kind == Kind::Chat && !event(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr))) {
+            if (kind == Kind::Chat && !(event(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr)) &&
+                                        send_deltas(writer->push(chat->prefill)))) {
               outcome.disconnected = true;
             } else {
               outcome = run(*job, lease->session(), [&](std::string_view piece) {
@@ -676,7 +684,7 @@ class Server {
             }
             lease->release();
             if (writer && !outcome.cancelled && !outcome.disconnected) {
-              outcome.disconnected = !send_deltas(writer->finish());
+              outcome.disconnected = !((!outcome.eos || send_deltas(writer->push(chat->suffix))) && send_deltas(writer->finish()));
               outcome.finish_reason = writer->finish_reason(outcome.finish_reason);
             }
             if (outcome.cancelled) {
@@ -747,7 +755,8 @@ class Server {
       deliver(filter.push(text.flush()));
     }
     if (!outcome.disconnected && !outcome.cancelled && !filter.stopped() && !enough) deliver(filter.finish());
-    if (filter.stopped() || enough || (keep_going && seq->stop == minimind::StopReason::EndOfSequence)) outcome.finish_reason = "stop";
+    outcome.eos = keep_going && seq->stop == minimind::StopReason::EndOfSequence && !filter.stopped();
+    if (filter.stopped() || enough || outcome.eos) outcome.finish_reason = "stop";
     else if (keep_going) outcome.finish_reason = "length";
     return outcome;
   }

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "test_support.hpp"
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,6 +22,11 @@ Json request_with(const std::string& extra_fields) {
 const std::string kTools =
     R"(, "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
                    {"type": "function", "function": {"name": "get_time"}}])";
+
+const minimind::Tokenizer& demo_tokenizer() {
+  static const auto tokenizer = minimind::Tokenizer::from_pretrained(minimind::testing::source_dir() / "examples" / "models" / "demo");
+  return tokenizer;
+}
 
 std::string param_of(const std::function<void()>& action) {
   try {
@@ -83,7 +90,7 @@ Json accumulate(const std::vector<Json>& deltas) {
 
 TEST_CASE("a chat request's tools, tool_choice and thinking switches become template options and reply rules") {
   const auto minimind3 = minimind::ChatTemplate::minimind3();
-  openai::ChatRequest r = openai::parse_chat_request(request_with(kTools), minimind3);
+  openai::ChatRequest r = openai::parse_chat_request(request_with(kTools), minimind3, demo_tokenizer());
   REQUIRE(r.options.tools.size() == 2);
   CHECK(r.options.tools[0].dump() ==
         R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}})");
@@ -92,7 +99,7 @@ TEST_CASE("a chat request's tools, tool_choice and thinking switches become temp
   CHECK_FALSE(r.reply.starts_in_thinking);
   CHECK(r.parallel_tool_calls);
 
-  r = openai::parse_chat_request(request_with(kTools + R"(, "tool_choice": "none", "parallel_tool_calls": false)"), minimind3);
+  r = openai::parse_chat_request(request_with(kTools + R"(, "tool_choice": "none", "parallel_tool_calls": false)"), minimind3, demo_tokenizer());
   CHECK(r.options.tools.empty());
   CHECK_FALSE(r.reply.tool_calls);
   CHECK_FALSE(r.parallel_tool_calls);
@@ -101,19 +108,17 @@ TEST_CASE("a chat request's tools, tool_choice and thinking switches become temp
   for (const std::string on : {R"(, "open_thinking": true)", R"(, "chat_template_kwargs": {"open_thinking": true})",
                                R"(, "chat_template_kwargs": {"enable_thinking": true})"}) {
     CAPTURE(on);
-    r = openai::parse_chat_request(request_with(on), minimind3);
+    r = openai::parse_chat_request(request_with(on), minimind3, demo_tokenizer());
     CHECK(r.options.open_thinking == true);
     CHECK(r.reply.starts_in_thinking);
-    CHECK_FALSE(openai::parse_chat_request(request_with(on), minimind::ChatTemplate::minimind2()).reply.starts_in_thinking);
+    CHECK_FALSE(openai::parse_chat_request(request_with(on), minimind::ChatTemplate::minimind2(), demo_tokenizer()).reply.starts_in_thinking);
   }
-  r = openai::parse_chat_request(request_with(R"(, "chat_template_kwargs": {"enable_thinking": false})"), minimind::ChatTemplate::minimind2());
+  r = openai::parse_chat_request(request_with(R"(, "chat_template_kwargs": {"enable_thinking": false})"), minimind::ChatTemplate::minimind2(), demo_tokenizer());
   CHECK(r.options.enable_thinking == false);
   CHECK_FALSE(r.options.open_thinking.has_value());
 
   // Refusals name the field.
-  CHECK(param_of([&] { openai::parse_chat_request(request_with(kTools + R"(, "tool_choice": "required")"), minimind3); }) == "tool_choice");
-  CHECK(param_of([&] { openai::parse_chat_request(request_with(R"(, "response_format": {"type": "json_object"})"), minimind3); }) ==
-        "response_format");
+  CHECK(param_of([&] { openai::parse_chat_request(request_with(R"(, "tool_choice": "required")"), minimind3, demo_tokenizer()); }) == "tool_choice");
   CHECK(param_of([&] { openai::check_fields(request_with(R"(, "service_tier": "auto")"), openai::Endpoint::chat); }) == "service_tier");
   CHECK(param_of([&] { openai::check_fields(request_with(R"(, "echo": false)"), openai::Endpoint::chat); }) == "echo");
   CHECK(param_of([&] { openai::check_fields(openai::parse_body(R"({"prompt": "x", "echo": false})"), openai::Endpoint::completion); }) == "(accepted)");
@@ -160,4 +165,50 @@ TEST_CASE("replies: reasoning_content, content and tool_calls, whole and as the 
   cut.push("想到一半");
   cut.finish();
   CHECK(cut.message() == Json::parse(R"({"role": "assistant", "content": "", "reasoning_content": "想到一半"})"));
+}
+
+TEST_CASE("forced tool calls and JSON response formats: the prompt's prefill, the grammar and the closing text") {
+  const auto& tokenizer = demo_tokenizer();
+  const auto minimind3 = minimind::ChatTemplate::minimind3();
+  const std::string named = R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})";
+  openai::ChatRequest r = openai::parse_chat_request(request_with(kTools + named), minimind3, tokenizer);
+  CHECK(r.prefill == "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
+  CHECK(r.suffix == "}\n</tool_call>");
+  REQUIRE(r.grammar);
+  CHECK(r.grammar->shortest_document() == "{}");
+  // A reply the grammar allows, with prefill and suffix, is one call.
+  openai::ChatReplyWriter writer(r.reply, "call_");
+  writer.push(r.prefill + R"({"city": "北京"})" + r.suffix);
+  writer.finish();
+  CHECK(writer.message()["tool_calls"][0]["function"]["arguments"] == R"({"city": "北京"})");
+
+  // required with two tools: the grammar chooses the name too.
+  r = openai::parse_chat_request(request_with(kTools + R"(, "tool_choice": "required")"), minimind3, tokenizer);
+  CHECK(r.prefill == "<tool_call>\n");
+  CHECK(r.suffix == "\n</tool_call>");
+  REQUIRE(r.grammar);
+  // An open think block is closed, empty, before the document.
+  r = openai::parse_chat_request(request_with(kTools + named + R"(, "open_thinking": true)"), minimind3, tokenizer);
+  CHECK(r.prefill.starts_with("\n</think>\n\n<tool_call>\n"));
+
+  r = openai::parse_chat_request(request_with(R"(, "response_format": {"type": "json_object"})"), minimind3, tokenizer);
+  REQUIRE(r.grammar);
+  CHECK(r.prefill.empty());
+  CHECK(r.suffix.empty());
+  r = openai::parse_chat_request(
+      request_with(R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": {"type": "object", "properties": {"a": {"const": 1}}, "required": ["a"]}}})"),
+      minimind3, tokenizer);
+  REQUIRE(r.grammar);
+  CHECK(r.grammar->shortest_document().find("\"a\"") != std::string::npos);
+
+  // Refusals name the field.
+  auto refused = [&](const std::string& fields) { return param_of([&] { openai::parse_chat_request(request_with(fields), minimind3, tokenizer); }); };
+  CHECK(refused(R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}})") ==
+        "response_format.json_schema.schema");
+  CHECK(refused(R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {}}})") == "response_format.json_schema.name");
+  CHECK(refused(kTools + R"(, "response_format": {"type": "json_object"})") == "response_format");
+  CHECK(refused(R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}}], "tool_choice": "required")") ==
+        "tools[0].function.parameters");
+  CHECK(refused(R"(, "tools": [{"type": "function", "function": {"name": "f", "strict": true}}])") == "tools[0].function.strict");
+  CHECK(refused(R"(, "tools": [{"type": "function", "function": {"name": "f", "strict": true}}], "tool_choice": "required")") == "(accepted)");
 }

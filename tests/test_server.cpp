@@ -567,12 +567,13 @@ TEST_CASE("minimind-server: every request field is honoured or refused with a 40
       {{{"tools", Json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"returns", "int"}}}}})}}, "tools[0].function.returns"},
       {{{"tool_choice", "sometimes"}}, "tool_choice"},
       {{{"tool_choice", "required"}}, "tool_choice"},  // no tools
-      {{{"tools", Json::array({weather})}, {"tool_choice", "required"}}, "tool_choice"},
       {{{"tools", Json::array({weather})}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}}, "tool_choice.function.name"},
-      {{{"tools", Json::array({weather})}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}, "tool_choice"},
       {{{"parallel_tool_calls", "no"}}, "parallel_tool_calls"},
-      {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
-      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}}}}}}, "response_format"},
+      {{{"tools", Json::array({weather})}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"format", "date"}}}}}}}},
+       "response_format.json_schema.schema"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "object"}}}}}}}}, "response_format.json_schema.name"},
+      {{{"response_format", {{"type", "json_object"}}}, {"ignore_eos", true}}, "ignore_eos"},
       {{{"response_format", {{"type", "xml"}}}}, "response_format.type"},
       {{{"open_thinking", "yes"}}, "open_thinking"},
       {{{"chat_template_kwargs", {{"tools_in_user_message", true}}}}, "chat_template_kwargs.tools_in_user_message"},
@@ -661,6 +662,106 @@ TEST_CASE("minimind-server: tools, tool_choice and the tool-call history reach t
   ChatOptions no_thinking;
   no_thinking.enable_thinking = false;
   CHECK(expect(question, {history[0]}, no_thinking, {{"chat_template_kwargs", {{"enable_thinking", false}}}}) > declined);
+}
+
+std::filesystem::path write_slow_checkpoint();
+
+// python3-jsonschema's verdict on `document` against `schema`: "" when it validates, else why not.
+std::string jsonschema_error(const Json& schema, const std::string& document) {
+  const auto dir = scratch_dir("server_jsonschema");
+  write_file(dir / "schema.json", schema.dump());
+  write_file(dir / "document.json", document);
+  const auto r = run_command("python3 -c 'import json, sys, jsonschema; jsonschema.Draft202012Validator(json.load(open(sys.argv[1])))"
+                             ".validate(json.load(open(sys.argv[2])))' " + (dir / "schema.json").string() + " " + (dir / "document.json").string());
+  return r.exit_code == 0 ? "" : r.err + r.out;
+}
+
+TEST_CASE("minimind-server: a named or required tool_choice forces a call whose arguments follow the function's parameters, streamed and not") {
+  // Random weights, whatever they write, and room for the tools block (the demo model has 512 positions).
+  const auto model_dir = write_slow_checkpoint();
+  ServerProcess server("forced_calls", {"--model", model_dir.string(), "--slots", "2", "--threads", "1"});
+  const Json parameters = {{"type", "object"},
+                           {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}},
+                           {"required", {"city"}}};
+  const Json tool = {{"type", "function"}, {"function", {{"name", "get_weather"}, {"strict", true}, {"parameters", parameters}}}};
+  Json request = chat_request("北京天气？", 40);
+  request.erase("model");
+  request["tools"] = Json::array({tool});
+  request["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const Json reply = post_json(server, "/v1/chat/completions", request);
+  const Json& choice = reply["choices"][0];
+  CHECK(choice["finish_reason"] == "tool_calls");
+  CHECK(choice["message"]["content"].is_null());
+  REQUIRE(choice["message"]["tool_calls"].size() == 1);
+  const Json& call = choice["message"]["tool_calls"][0];
+  CHECK(call["type"] == "function");
+  CHECK(call["function"]["name"] == "get_weather");
+  const std::string arguments = call["function"]["arguments"];
+  CHECK(jsonschema_error(parameters, arguments) == "");
+
+  // Streamed: the same call, in a head and an arguments delta.
+  request["stream"] = true;
+  const auto chunks = sse_chunks(post_stream(server, "/v1/chat/completions", request).body);
+  std::string streamed_arguments, name;
+  for (const Json& chunk : chunks) {
+    const Json& delta = chunk["choices"][0]["delta"];
+    if (!delta.contains("tool_calls")) continue;
+    CHECK(delta["tool_calls"][0]["index"] == 0);
+    if (delta["tool_calls"][0]["function"].contains("name")) name = delta["tool_calls"][0]["function"]["name"];
+    streamed_arguments += delta["tool_calls"][0]["function"]["arguments"].get<std::string>();
+  }
+  CHECK(name == "get_weather");
+  CHECK(streamed_arguments == arguments);  // greedy: the same call
+  CHECK(chunks.back()["choices"][0]["finish_reason"] == "tool_calls");
+
+  // required: one of the tools, with its arguments.
+  request["stream"] = false;
+  request["tools"].push_back({{"type", "function"}, {"function", {{"name", "get_time"}}}});
+  request["tool_choice"] = "required";
+  const Json required = post_json(server, "/v1/chat/completions", request);
+  REQUIRE(required["choices"][0]["message"]["tool_calls"].size() == 1);
+  const Json& chosen = required["choices"][0]["message"]["tool_calls"][0]["function"];
+  CHECK((chosen["name"] == "get_weather" || chosen["name"] == "get_time"));
+  CHECK(jsonschema_error(chosen["name"] == "get_time" ? Json{{"type", "object"}, {"additionalProperties", false}} : parameters,
+                         chosen["arguments"]) == "");
+  CHECK(server.stop(SIGTERM) == 0);
+}
+
+TEST_CASE("minimind-server: response_format json_schema and json_object replies parse and validate") {
+  auto& server = demo_server();
+  const std::vector<Json> schemas = {
+      {{"type", "object"}, {"properties", {{"animal", {{"enum", {"猫", "狗"}}}}, {"age", {{"type", "integer"}}}}}, {"required", {"animal", "age"}}},
+      {{"type", "object"},
+       {"properties", {{"names", {{"type", "array"}, {"items", {{"type", "string"}}}, {"minItems", 1}, {"maxItems", 3}}}, {"ok", {{"type", "boolean"}}}}},
+       {"required", {"names"}}},
+      {{"anyOf", {{{"type", "object"}, {"properties", {{"x", {{"type", "number"}}}}}, {"required", {"x"}}}, {{"type", "object"}, {"properties", {{"y", {{"type", "null"}}}}}, {"required", {"y"}}}}}},
+  };
+  for (const Json& schema : schemas) {
+    for (bool stream : {false, true}) {
+      CAPTURE(schema.dump());
+      Json request = chat_request("小明家养了一只猫", 60);
+      request["temperature"] = 1.0;
+      request["seed"] = 5;
+      request["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "answer"}, {"strict", true}, {"schema", schema}}}};
+      std::string content;
+      if (stream) {
+        request["stream"] = true;
+        content = chat_stream_text(sse_chunks(post_stream(server, "/v1/chat/completions", request).body));
+      } else {
+        const Json reply = post_json(server, "/v1/chat/completions", request);
+        CHECK(reply["choices"][0]["finish_reason"] == "stop");
+        content = reply["choices"][0]["message"]["content"];
+      }
+      CHECK(jsonschema_error(schema, content) == "");
+    }
+  }
+  Json request = chat_request("小明家养了一只猫", 40);
+  request["response_format"] = {{"type", "json_object"}};
+  CHECK(Json::parse(post_json(server, "/v1/chat/completions", request)["choices"][0]["message"]["content"].get<std::string>()).is_object());
+  // A schema whose shortest document does not fit in max_tokens is refused before generating.
+  request["max_tokens"] = 3;
+  request["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schemas[1]}}}};
+  check_error_body(post_json(server, "/v1/chat/completions", request, 400), "invalid_request_error", "max_tokens");
 }
 
 // The demo model with minimind-3's chat template (from ../shared): its prompt can open a think

@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <chrono>
 #include <future>
+#include <random>
 #include <thread>
 
 using namespace minimind;
@@ -762,6 +763,78 @@ TEST_CASE("minimind-server: response_format json_schema and json_object replies 
   request["max_tokens"] = 3;
   request["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schemas[1]}}}};
   check_error_body(post_json(server, "/v1/chat/completions", request, 400), "invalid_request_error", "max_tokens");
+}
+
+// A random schema of the constraint engine's subset: objects, arrays, scalars, enum, const, anyOf.
+Json random_schema(std::mt19937& rng, int depth) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  const int kind = depth <= 0 ? 2 + pick(4) : pick(6);
+  switch (kind) {
+    case 0: {
+      Json properties = Json::object(), required = Json::array();
+      for (int i = 0, n = 1 + pick(3); i < n; ++i) {
+        const std::string key = std::string(1, static_cast<char>('a' + i)) + (pick(2) ? "键" : "");
+        properties[key] = random_schema(rng, depth - 1);
+        if (pick(2)) required.push_back(key);
+      }
+      Json schema = {{"type", "object"}, {"properties", properties}, {"required", required}};
+      if (pick(2)) schema["additionalProperties"] = false;
+      return schema;
+    }
+    case 1: {
+      const int min = pick(2);
+      return {{"type", "array"}, {"items", random_schema(rng, depth - 1)}, {"minItems", min}, {"maxItems", min + pick(3)}};
+    }
+    case 2: return {{"type", Json::array({"string", "integer", "number", "boolean", "null"})[static_cast<size_t>(pick(5))]}};
+    case 3: return {{"enum", Json::array({"猫", 7, false, nullptr, "a\"b"})}};
+    case 4: return {{"const", pick(2) ? Json("固定") : Json(pick(100))}};
+    default: return {{"anyOf", Json::array({random_schema(rng, depth - 1), random_schema(rng, depth - 1)})}};
+  }
+}
+
+TEST_CASE("minimind-server: 200 json_schema replies from a random-weight model, on random schemas, all parse and validate") {
+  const auto model_dir = write_slow_checkpoint();
+  ServerProcess server("random_schemas", {"--model", model_dir.string(), "--slots", "4", "--threads", "1"});
+  std::mt19937 rng(44);
+  constexpr int kRequests = 200;
+  std::vector<Json> schemas;
+  while (static_cast<int>(schemas.size()) < kRequests) schemas.push_back(random_schema(rng, 2));
+  auto reply = [&](int i) {
+    Json request = chat_request("JSON", 120);
+    request.erase("model");
+    request["temperature"] = 1.0;
+    request["seed"] = i;
+    request["stream"] = i % 2 == 1;
+    request["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", schemas[static_cast<size_t>(i)]}}}};
+    if (!request["stream"]) return post_json(server, "/v1/chat/completions", request)["choices"][0]["message"]["content"].get<std::string>();
+    std::string text;
+    for (const Json& chunk : sse_chunks(post_stream(server, "/v1/chat/completions", request).body)) {
+      text += chunk["choices"][0]["delta"].value("content", "");
+    }
+    return text;
+  };
+  const auto dir = scratch_dir("server_random_schemas");
+  std::string lines;
+  for (int first = 0; first < kRequests; first += 4) {
+    std::vector<std::future<std::string>> batch;
+    for (int i = first; i < first + 4; ++i) batch.push_back(std::async(std::launch::async, reply, i));
+    for (int i = first; i < first + 4; ++i) lines += Json{{"schema", schemas[static_cast<size_t>(i)]}, {"document", batch[static_cast<size_t>(i - first)].get()}}.dump() + "\n";
+  }
+  write_file(dir / "replies.jsonl", lines);
+  // python3-jsonschema counts the documents that parse and validate.
+  const auto r = run_command("python3 -c 'import json, sys, jsonschema\n"
+                             "good = 0\n"
+                             "for line in open(sys.argv[1], encoding=\"utf-8\"):\n"
+                             "    case = json.loads(line)\n"
+                             "    try:\n"
+                             "        jsonschema.Draft202012Validator(case[\"schema\"]).validate(json.loads(case[\"document\"])); good += 1\n"
+                             "    except Exception as e: print(case, e)\n"
+                             "print(good)' " + (dir / "replies.jsonl").string());
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  MESSAGE("json_schema replies that parse and validate: " << r.out);
+  CHECK(std::stoi(r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1)) == kRequests);
+  CHECK(server.stop(SIGTERM) == 0);
 }
 
 // The demo model with minimind-3's chat template (from ../shared): its prompt can open a think

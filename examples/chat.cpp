@@ -22,6 +22,7 @@ int run(int argc, char** argv) {
   cli::sampling_flags(cli::model_flag(args))
       .value("--system", "system message")
       .toggle("--think", "on minimind-3: leave the think block open for reasoning")
+      .toggle("--hide-thinking", "print only the answer, not the reasoning in <think>...</think>")
       .value("--ctx", "context length in tokens (default: max_position_embeddings, at most " +
                           std::to_string(minimind::MiniMindForCausalLM<float>::kDefaultContext) + ")");
   if (!args.parse(argc, argv)) return 0;
@@ -38,13 +39,15 @@ int run(int argc, char** argv) {
   minimind::ChatOptions options;
   options.add_generation_prompt = true;
   if (args.has("--think")) options.open_thinking = true;
+  minimind::ChatReplyOptions reply_options;
+  reply_options.starts_in_thinking = minimind::reply_starts_in_thinking(chat_template, options);
   std::vector<minimind::ChatMessage> history;
   if (auto system = args.get("--system")) history.emplace_back("system", *system);
   const size_t kept = history.size();  // the system message is never dropped
 
   auto session = model.new_session(context);
   std::vector<int32_t> cached;  // the ids the session holds, in order
-  const bool interactive = isatty(STDIN_FILENO);
+  const bool interactive = isatty(STDIN_FILENO), interactive_output = isatty(STDOUT_FILENO);
   std::string line;
   while (true) {
     if (interactive) {
@@ -88,12 +91,13 @@ int run(int argc, char** argv) {
     auto turn = config;
     turn.max_new_tokens = std::min<int64_t>(config.max_new_tokens, context - static_cast<int64_t>(prompt.size()));
     std::string reply;
+    cli::ReplyPrinter printer(reply_options, !args.has("--hide-thinking"), interactive_output);
     const auto result = minimind::generate_text(model, tokenizer, session, fresh, turn, [&](std::string_view text) {
       reply += text;
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
+      printer.push(text);
       return true;
     });
+    printer.finish();
     std::printf("\n");
     std::fflush(stdout);
     cached = prompt;

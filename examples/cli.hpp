@@ -210,4 +210,42 @@ inline minimind::GenerationConfig apply_sampling_flags(const Args& args, minimin
   return config;
 }
 
+// A chat reply printed as it streams, its reasoning apart from the answer: after a "thinking: "
+// label (dimmed on a terminal), then a blank line before the answer; or left out (--hide-thinking).
+class ReplyPrinter {
+ public:
+  ReplyPrinter(minimind::ChatReplyOptions options, bool show_thinking, bool terminal)
+      : parser_(std::move(options)), show_thinking_(show_thinking), terminal_(terminal) {}
+
+  void push(std::string_view text) { print(parser_.push(text)); }
+  void finish() {
+    print(parser_.finish());
+    end_thinking("");  // a reply cut off while thinking
+  }
+
+ private:
+  void print(const std::vector<minimind::ChatReplyDelta>& deltas) {
+    for (const auto& delta : deltas) {
+      if (delta.kind == minimind::ChatReplyDelta::Kind::reasoning) {
+        if (!show_thinking_) continue;
+        if (!thinking_) std::fputs(terminal_ ? "\x1b[2mthinking: " : "thinking: ", stdout);
+        thinking_ = true;
+      } else {
+        end_thinking("\n\n");
+      }
+      std::fwrite(delta.text.data(), 1, delta.text.size(), stdout);
+    }
+    std::fflush(stdout);
+  }
+  void end_thinking(const char* separator) {
+    if (!std::exchange(thinking_, false)) return;
+    if (terminal_) std::fputs("\x1b[0m", stdout);
+    std::fputs(separator, stdout);
+  }
+
+  minimind::ChatReplyParser parser_;
+  bool show_thinking_, terminal_;
+  bool thinking_ = false;  // reasoning is being printed
+};
+
 }  // namespace cli

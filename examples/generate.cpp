@@ -1,6 +1,8 @@
 // minimind-generate: continue a prompt (or answer it as a chat turn), streaming the text.
 #include "cli.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
 
 namespace {
@@ -13,13 +15,16 @@ int run(int argc, char** argv) {
       .toggle("--chat", "wrap the prompt as a user turn in the checkpoint's chat template")
       .value("--system", "system message for --chat")
       .toggle("--think", "with --chat on minimind-3: leave the think block open for reasoning")
+      .toggle("--hide-thinking", "with --chat: print only the answer, not the reasoning in <think>...</think>")
       .value("--ctx", "context length in tokens (default: prompt + max new tokens, within max_position_embeddings)")
       .toggle("--ignore-eos", "keep generating past end-of-sequence ids")
       .toggle("--print-ids", "print the generated ids comma-separated on one line instead of text");
   if (!args.parse(argc, argv)) return 0;
   if (args.has("--ids") == args.has("--prompt")) throw cli::UsageError("give exactly one of --prompt TEXT or --ids 1,2,3");
   if (args.has("--chat") && !args.has("--prompt")) throw cli::UsageError("--chat needs --prompt");
-  if ((args.has("--system") || args.has("--think")) && !args.has("--chat")) throw cli::UsageError("--system and --think need --chat");
+  if ((args.has("--system") || args.has("--think") || args.has("--hide-thinking")) && !args.has("--chat")) {
+    throw cli::UsageError("--system, --think and --hide-thinking need --chat");
+  }
 
   const auto checkpoint = cli::load_pretrained(args);
   const auto& model = checkpoint.model;
@@ -27,6 +32,7 @@ int run(int argc, char** argv) {
   config.ignore_eos = args.has("--ignore-eos");
 
   std::vector<int32_t> prompt;
+  minimind::ChatReplyOptions reply_options;  // with --chat, how the reply splits into reasoning and answer
   if (auto ids = args.get("--ids")) {
     prompt = cli::parse_ids(*ids, "--ids");
   } else {
@@ -41,6 +47,7 @@ int run(int argc, char** argv) {
       options.add_generation_prompt = true;
       if (args.has("--think")) options.open_thinking = true;
       text = chat_template.render(messages, options);
+      reply_options.starts_in_thinking = minimind::reply_starts_in_thinking(chat_template, options);
     }
     prompt = tokenizer.encode(text);
   }
@@ -63,6 +70,14 @@ int run(int argc, char** argv) {
       line += std::to_string(result.ids[i]);
     }
     std::printf("%s\n", line.c_str());
+  } else if (args.has("--chat")) {
+    cli::ReplyPrinter printer(reply_options, !args.has("--hide-thinking"), isatty(STDOUT_FILENO));
+    result = minimind::generate_text(model, *checkpoint.tokenizer, session, prompt, config, [&](std::string_view text) {
+      printer.push(text);
+      return true;
+    });
+    printer.finish();
+    std::printf("\n");
   } else {
     result = minimind::generate_text(model, *checkpoint.tokenizer, session, prompt, config, [](std::string_view text) {
       std::fwrite(text.data(), 1, text.size(), stdout);

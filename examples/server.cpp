@@ -8,6 +8,7 @@
 // SIGINT/SIGTERM: stop accepting, answer waiting requests with 503, cut running generations short
 // at their next token, exit 0.
 #include "cli.hpp"
+#include "openai_protocol.hpp"
 #include "web_page.hpp"
 
 #include <minimind/trace.hpp>
@@ -37,33 +38,14 @@
 
 namespace {
 
-using Json = nlohmann::json;
+using Json = openai::Json;
 using Model = minimind::MiniMindForCausalLM<float>;
 using Session = minimind::Session<float>;
-
-// ---- Errors in the OpenAI shape: {"error": {"message", "type", "param", "code"}} ----
-
-struct ApiError : std::runtime_error {
-  ApiError(int status_, const std::string& message, std::string type_ = "invalid_request_error",
-           std::optional<std::string> param_ = std::nullopt, std::optional<std::string> code_ = std::nullopt)
-      : std::runtime_error(message), status(status_), type(std::move(type_)), param(std::move(param_)), code(std::move(code_)) {}
-  int status;
-  std::string type;
-  std::optional<std::string> param, code;
-};
-
-ApiError bad_param(const std::string& param, const std::string& message) { return ApiError(400, message, "invalid_request_error", param); }
-
-Json error_json(const ApiError& e) {
-  return {{"error",
-           {{"message", e.what()},
-            {"type", e.type},
-            {"param", e.param ? Json(*e.param) : Json(nullptr)},
-            {"code", e.code ? Json(*e.code) : Json(nullptr)}}}};
-}
-
-// Generated text is valid UTF-8, but echoed request strings need not be; never throw on output.
-std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+using openai::ApiError;
+using openai::dump;
+using openai::error_json;
+using openai::field;
+using openai::Job;
 
 void send_json(httplib::Response& res, int status, const Json& body) {
   res.status = status;
@@ -71,171 +53,6 @@ void send_json(httplib::Response& res, int status, const Json& body) {
 }
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_json(e)); }
-
-// ---- Request fields ----
-
-// The library's typed field reader, with its message turned into a 400 naming the parameter.
-template <class T>
-std::optional<T> field(const Json& body, const std::string& key) {
-  try {
-    return minimind::io::optional_field<T>(body, key, "request");
-  } catch (const minimind::Error& e) {
-    throw bad_param(key, e.what());
-  }
-}
-
-// One generation to run: the prompt ids and how to continue them.
-struct Job {
-  std::vector<int32_t> prompt;
-  minimind::GenerationConfig config;
-  std::vector<std::string> stop;
-  bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage: a final chunk with only usage
-};
-
-// The sampling and length fields both endpoints share, over the checkpoint's defaults.
-Job parse_job(const Json& body, std::vector<int32_t> prompt, const minimind::GenerationConfig& defaults, minimind::Index context,
-              int64_t vocab) {
-  Job job;
-  job.config = defaults;
-  auto& sampling = job.config.sampling;
-  // SamplingParams::validate words the range rules; each field is checked as it is set so the
-  // error can name it.
-  auto check = [&](const char* param) {
-    try {
-      sampling.validate();
-    } catch (const minimind::Error& e) {
-      throw bad_param(param, e.what());
-    }
-  };
-  if (auto t = field<double>(body, "temperature")) sampling.temperature = static_cast<float>(*t), check("temperature");
-  if (auto p = field<double>(body, "top_p")) sampling.top_p = static_cast<float>(*p), check("top_p");
-  if (auto k = field<int64_t>(body, "top_k")) sampling.top_k = *k, check("top_k");
-  if (auto p = field<double>(body, "min_p")) sampling.min_p = static_cast<float>(*p), check("min_p");
-  if (auto r = field<double>(body, "repetition_penalty")) sampling.repetition_penalty = static_cast<float>(*r), check("repetition_penalty");
-  // Without a seed every request samples differently, as with OpenAI's API.
-  if (auto seed = field<int64_t>(body, "seed")) {
-    sampling.seed = static_cast<uint64_t>(*seed);
-  } else {
-    std::random_device device;
-    sampling.seed = (static_cast<uint64_t>(device()) << 32) | device();
-  }
-  if (auto n = field<int64_t>(body, "n"); n && *n != 1) throw bad_param("n", "only n = 1 is supported, got " + std::to_string(*n));
-  job.config.ignore_eos = field<bool>(body, "ignore_eos").value_or(false);
-  job.stream = field<bool>(body, "stream").value_or(false);
-  if (auto options = body.find("stream_options"); options != body.end() && !options->is_null()) {
-    if (!options->is_object()) throw bad_param("stream_options", "stream_options must be an object");
-    job.include_usage = field<bool>(*options, "include_usage").value_or(false);
-  }
-
-  if (auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
-    if (stop->is_string()) {
-      job.stop.push_back(stop->get<std::string>());
-    } else if (stop->is_array() && stop->size() <= 4) {
-      for (const auto& s : *stop) {
-        if (!s.is_string()) throw bad_param("stop", "stop must be a string or an array of at most 4 strings");
-        job.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      throw bad_param("stop", "stop must be a string or an array of at most 4 strings");
-    }
-    for (const auto& s : job.stop)
-      if (s.empty()) throw bad_param("stop", "stop strings must not be empty");
-  }
-
-  for (int32_t id : prompt)
-    if (id < 0 || id >= vocab) throw bad_param("prompt", "token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab));
-  if (prompt.empty()) throw bad_param("prompt", "the prompt encodes to no tokens");
-  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
-  const std::string context_text = std::to_string(context) + " tokens (--ctx)";
-  if (prompt_tokens >= context) {
-    throw ApiError(400, "the prompt has " + std::to_string(prompt_tokens) + " tokens, but the context is " + context_text,
-                   "invalid_request_error", body.contains("messages") ? "messages" : "prompt", "context_length_exceeded");
-  }
-  // max_completion_tokens is the newer name; either may be sent.
-  const char* max_name = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (auto max = field<int64_t>(body, max_name)) {
-    if (*max < 1) throw bad_param(max_name, std::string(max_name) + " must be >= 1, got " + std::to_string(*max));
-    if (prompt_tokens + *max > context) {
-      throw ApiError(400,
-                     "the context is " + context_text + ", but " + std::to_string(prompt_tokens) + " prompt tokens and " +
-                         max_name + " " + std::to_string(*max) + " need " + std::to_string(prompt_tokens + *max),
-                     "invalid_request_error", max_name, "context_length_exceeded");
-    }
-    job.config.max_new_tokens = *max;
-  } else {
-    job.config.max_new_tokens = std::min<int64_t>(job.config.max_new_tokens, context - prompt_tokens);
-  }
-  job.prompt = std::move(prompt);
-  return job;
-}
-
-std::vector<minimind::ChatMessage> parse_messages(const Json& body) {
-  auto it = body.find("messages");
-  if (it == body.end() || it->is_null()) throw bad_param("messages", "messages is required");
-  if (!it->is_array() || it->empty()) throw bad_param("messages", "messages must be a non-empty array");
-  std::vector<minimind::ChatMessage> messages;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const Json& m = (*it)[i];
-    const std::string at = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) throw bad_param(at, at + " must be an object");
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) throw bad_param(at + ".role", at + ".role must be a string");
-    std::string r = role->get<std::string>();
-    if (r == "developer") r = "system";  // OpenAI's newer name for the system role
-    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
-      throw bad_param(at + ".role", at + ".role \"" + r + "\" is not one of system, developer, user, assistant, tool");
-    }
-    std::string content;
-    auto c = m.find("content");
-    if (c == m.end() || c->is_null()) {
-      if (r != "assistant") throw bad_param(at + ".content", at + ".content is required");
-    } else if (c->is_string()) {
-      content = c->get<std::string>();
-    } else if (c->is_array()) {
-      // Content parts: only text can reach a text model.
-      for (const auto& part : *c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
-          throw bad_param(at + ".content", at + ".content parts must be {\"type\": \"text\", \"text\": string}");
-        }
-        content += part["text"].get<std::string>();
-      }
-    } else {
-      throw bad_param(at + ".content", at + ".content must be a string or an array of text parts");
-    }
-    messages.emplace_back(r, std::move(content));
-  }
-  return messages;
-}
-
-// /v1/completions: a string, one string in an array, or an array of token ids.
-std::vector<int32_t> parse_prompt(const Json& body, const minimind::Tokenizer& tokenizer) {
-  auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) throw bad_param("prompt", "prompt is required");
-  if (it->is_string()) return tokenizer.encode(it->get<std::string>());
-  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return tokenizer.encode((*it)[0].get<std::string>());
-  if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const Json& v) { return v.is_number_integer(); })) {
-    std::vector<int32_t> ids;
-    for (const auto& v : *it) {
-      const auto id = v.get<int64_t>();
-      if (id < INT32_MIN || id > INT32_MAX) throw bad_param("prompt", "token id " + std::to_string(id) + " is out of range");
-      ids.push_back(static_cast<int32_t>(id));
-    }
-    return ids;
-  }
-  throw bad_param("prompt", "prompt must be a string, an array of one string, or an array of token ids");
-}
-
-Json parse_body(const httplib::Request& req) {
-  Json body;
-  try {
-    body = Json::parse(req.body);
-  } catch (const Json::parse_error& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-  }
-  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  return body;
-}
 
 // ---- Stop strings ----
 
@@ -636,8 +453,13 @@ enum class Kind { Chat, Completion };
 struct Outcome {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::string finish_reason;  // "stop" or "length"; empty when cut short
+  bool eos = false;           // the reply ended with an eos id (a constrained one: its document is whole)
   bool disconnected = false, cancelled = false;
 };
+
+// What a reply's receiver says after each piece of text: go on, the reply is complete (a single
+// tool call when parallel_tool_calls is false), or the client has gone.
+enum class Delivery { more, enough, gone };
 
 class Server {
  public:
@@ -689,42 +511,67 @@ class Server {
 
   void handle(Kind kind, const httplib::Request& req, httplib::Response& res) {
     try {
-      const Json body = parse_body(req);
+      const Json body = openai::parse_body(req.body);
+      openai::check_fields(body, kind == Kind::Chat ? openai::Endpoint::chat : openai::Endpoint::completion);
+      if (auto model = field<std::string>(body, "model"); model && *model != model_id_) {
+        throw ApiError(404, "the model \"" + *model + "\" does not exist; this server has \"" + model_id_ + "\"", "invalid_request_error",
+                       "model", "model_not_found");
+      }
       std::vector<int32_t> prompt;
+      std::shared_ptr<const openai::ChatRequest> chat;
       if (kind == Kind::Chat) {
-        minimind::ChatOptions options;
-        options.add_generation_prompt = true;
         if (!template_) throw ApiError(500, template_error_, "server_error");
+        chat = std::make_shared<const openai::ChatRequest>(openai::parse_chat_request(body, *template_, tokenizer_));
         std::string text;
         try {
-          text = template_->render(parse_messages(body), options);
+          text = template_->render(chat->messages, chat->options);
         } catch (const minimind::Error& e) {
-          throw bad_param("messages", e.what());  // an order of turns the template refuses
+          throw openai::bad_param("messages", e.what());  // an order of turns the template refuses
         }
-        prompt = tokenizer_.encode(text);
+        prompt = tokenizer_.encode(text + chat->prefill);
       } else {
-        prompt = parse_prompt(body, tokenizer_);
+        prompt = openai::parse_prompt(body, tokenizer_);
       }
-      auto job = std::make_shared<Job>(parse_job(body, std::move(prompt), checkpoint_.generation, context_, checkpoint_.model.config().vocab_size));
+      auto job = std::make_shared<Job>(openai::parse_job(body, std::move(prompt), checkpoint_.generation, context_, checkpoint_.model.config().vocab_size));
+      if (chat) {
+        openai::check_constrained_job(*chat, *job, body);
+        job->config.json_grammar = chat->grammar;
+      }
       ClientGone client_gone(req);
       auto lease = acquire(kind == Kind::Chat ? "chat" : "completion", client_gone, res);
       if (!lease) return;
       const std::string id = new_id(kind);
       const auto created = static_cast<int64_t>(std::time(nullptr));
-      if (job->stream) return stream(kind, job, lease, id, created, res);
+      if (job->stream) return stream(kind, job, chat, lease, id, created, res);
 
       std::string text;
-      const Outcome outcome = run(*job, lease->session(), [&](std::string_view piece) {
+      std::optional<openai::ChatReplyWriter> writer;
+      if (chat) writer.emplace(chat->reply, call_id_prefix(id));
+      if (writer) writer->push(chat->prefill);
+      Outcome outcome = run(*job, lease->session(), [&](std::string_view piece) {
+        if (client_gone()) return Delivery::gone;
+        if (writer) {
+          writer->push(piece);
+          return after_calls(*chat, *writer);
+        }
         text += piece;
-        return !client_gone();
+        return Delivery::more;
       });
       lease->release();
       log(kind, outcome);
       if (outcome.cancelled) throw Slots::shutting_down();
       if (outcome.disconnected) return send_error(res, ApiError(503, "the client closed the connection", "server_error"));
-      Json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", outcome.finish_reason}};
-      if (kind == Kind::Chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-      else choice["text"] = text;
+      Json choice = {{"index", 0}};
+      if (writer) {
+        if (outcome.eos) writer->push(chat->suffix);
+        writer->finish();
+        choice["message"] = writer->message();
+        outcome.finish_reason = writer->finish_reason(outcome.finish_reason);
+      } else {
+        choice["text"] = text;
+      }
+      choice["logprobs"] = nullptr;
+      choice["finish_reason"] = outcome.finish_reason;
       send_json(res, 200,
                 {{"id", id},
                  {"object", kind == Kind::Chat ? "chat.completion" : "text_completion"},
@@ -738,6 +585,13 @@ class Server {
       send_error(res, ApiError(500, e.what(), "server_error"));
     }
   }
+
+  // With parallel_tool_calls false, the reply ends once its first call is complete.
+  static Delivery after_calls(const openai::ChatRequest& chat, const openai::ChatReplyWriter& writer) {
+    return !chat.parallel_tool_calls && writer.tool_calls() > 0 ? Delivery::enough : Delivery::more;
+  }
+  // Tool call ids: the reply's id and the call's index, unique as the reply ids are.
+  static std::string call_id_prefix(const std::string& reply_id) { return "call_" + reply_id.substr(reply_id.find('-') + 1) + "_"; }
 
   // A slot for the request (may wait, or throw 503); null, with a 503 sent, when the client hung up
   // while queued.
@@ -755,22 +609,23 @@ class Server {
   // it, and the queue and its 503 apply), but runs on this thread, on a session of its own.
   void inspect(const httplib::Request& req, httplib::Response& res) {
     try {
-      const Json body = parse_body(req);
+      const Json body = openai::parse_body(req.body);
+      openai::check_keys(body, "", {"prompt", "top", "attention"});
       const auto prompt = field<std::string>(body, "prompt");
-      if (!prompt) throw bad_param("prompt", "prompt is required (a string, taken as raw text)");
+      if (!prompt) throw openai::bad_param("prompt", "prompt is required (a string, taken as raw text)");
       const auto ids = tokenizer_.encode(*prompt);
-      if (ids.empty()) throw bad_param("prompt", "the prompt encodes to no tokens");
+      if (ids.empty()) throw openai::bad_param("prompt", "the prompt encodes to no tokens");
       const auto& config = checkpoint_.model.config();
       minimind::TraceOptions options;
       options.top = field<int64_t>(body, "top").value_or(10);
       if (options.top < 1 || options.top > config.vocab_size) {
-        throw bad_param("top", "top must be in [1, " + std::to_string(config.vocab_size) + "]");
+        throw openai::bad_param("top", "top must be in [1, " + std::to_string(config.vocab_size) + "]");
       }
       options.attention = field<bool>(body, "attention").value_or(false);
       // Maps grow as layers x heads x positions^2 numbers of JSON.
       const size_t limit = options.attention ? kMaxAttentionTokens : static_cast<size_t>(context_);
       if (ids.size() > limit) {
-        throw bad_param("prompt", "the prompt has " + std::to_string(ids.size()) + " tokens, more than the " + std::to_string(limit) +
+        throw openai::bad_param("prompt", "the prompt has " + std::to_string(ids.size()) + " tokens, more than the " + std::to_string(limit) +
                                       (options.attention ? " an inspection with attention maps takes" : " of the context"));
       }
       ClientGone client_gone(req);
@@ -785,22 +640,22 @@ class Server {
   }
   static constexpr size_t kMaxAttentionTokens = 256;
 
-  // Server-sent events: one `data: {chunk}` per piece of text, then a chunk with finish_reason
-  // and usage, then `data: [DONE]`. Headers are already sent when generation starts, so a failure
-  // after that is reported as an error event.
-  void stream(Kind kind, std::shared_ptr<Job> job, std::shared_ptr<Slots::Lease> lease, std::string id, int64_t created,
-              httplib::Response& res) {
+  // Server-sent events: one `data: {chunk}` per piece of text (in a chat, per delta: reasoning,
+  // content, tool call), then a chunk with finish_reason and usage, then `data: [DONE]`. Headers
+  // are already sent when generation starts, so a failure after that is reported as an error event.
+  void stream(Kind kind, std::shared_ptr<Job> job, std::shared_ptr<const openai::ChatRequest> chat, std::shared_ptr<Slots::Lease> lease,
+              std::string id, int64_t created, httplib::Response& res) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, kind, job, lease, id, created](size_t, httplib::DataSink& sink) {
+        [this, kind, job, chat, lease, id, created](size_t, httplib::DataSink& sink) {
           auto event = [&](const Json& data) {
             const std::string line = "data: " + dump(data) + "\n\n";
             return sink.write(line.data(), line.size());
           };
           auto chunk = [&](const Json& choice_fields, const Json& finish_reason) {
-            Json choice = choice_fields;
-            choice["index"] = 0;
+            Json choice = {{"index", 0}};
+            choice.update(choice_fields);
             choice["logprobs"] = nullptr;
             choice["finish_reason"] = finish_reason;
             return Json{{"id", id},
@@ -809,17 +664,29 @@ class Server {
                         {"model", model_id_},
                         {"choices", Json::array({choice})}};
           };
-          auto text_fields = [&](std::string_view text) {
-            return kind == Kind::Chat ? Json{{"delta", {{"content", text}}}} : Json{{"text", text}};
+          std::optional<openai::ChatReplyWriter> writer;
+          if (chat) writer.emplace(chat->reply, call_id_prefix(id));
+          auto send_deltas = [&](const std::vector<Json>& deltas) {
+            for (const Json& delta : deltas)
+              if (!event(chunk({{"delta", delta}}, nullptr))) return false;
+            return true;
           };
           Outcome outcome;
           try {
-            if (kind == Kind::Chat && !event(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr))) {
+            if (kind == Kind::Chat && !(event(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr)) &&
+                                        send_deltas(writer->push(chat->prefill)))) {
               outcome.disconnected = true;
             } else {
-              outcome = run(*job, lease->session(), [&](std::string_view piece) { return event(chunk(text_fields(piece), nullptr)); });
+              outcome = run(*job, lease->session(), [&](std::string_view piece) {
+                if (!writer) return event(chunk({{"text", piece}}, nullptr)) ? Delivery::more : Delivery::gone;
+                return send_deltas(writer->push(piece)) ? after_calls(*chat, *writer) : Delivery::gone;
+              });
             }
             lease->release();
+            if (writer && !outcome.cancelled && !outcome.disconnected) {
+              outcome.disconnected = !((!outcome.eos || send_deltas(writer->push(chat->suffix))) && send_deltas(writer->finish()));
+              outcome.finish_reason = writer->finish_reason(outcome.finish_reason);
+            }
             if (outcome.cancelled) {
               event(error_json(Slots::shutting_down()));
             } else if (!outcome.disconnected) {
@@ -847,16 +714,21 @@ class Server {
         });
   }
 
-  // Generates for `job` on `session` in the scheduler's batch, passing text to `emit` (false:
-  // the client is gone). Returns once the scheduler has let go of the session.
-  Outcome run(const Job& job, Session& session, const std::function<bool(std::string_view)>& emit) {
+  // Generates for `job` on `session` in the scheduler's batch, passing text to `emit`. Returns
+  // once the scheduler has let go of the session.
+  Outcome run(const Job& job, Session& session, const std::function<Delivery(std::string_view)>& emit) {
     Outcome outcome;
     outcome.prompt_tokens = static_cast<int64_t>(job.prompt.size());
     StopFilter filter(job.stop);
     minimind::TextStream text(tokenizer_, job.config);
+    bool enough = false;
     auto deliver = [&](std::string_view piece) {
-      if (piece.empty() || emit(piece)) return true;
-      outcome.disconnected = true;
+      if (piece.empty()) return true;
+      switch (emit(piece)) {
+        case Delivery::more: return true;
+        case Delivery::enough: enough = true; return false;
+        case Delivery::gone: outcome.disconnected = true; return false;
+      }
       return false;
     };
     const auto seq = scheduler_.start(job, session);
@@ -882,8 +754,9 @@ class Server {
       if (seq->stop == minimind::StopReason::EndOfSequence) --outcome.completion_tokens;
       deliver(filter.push(text.flush()));
     }
-    if (!outcome.disconnected && !outcome.cancelled && !filter.stopped()) deliver(filter.finish());
-    if (filter.stopped() || (keep_going && seq->stop == minimind::StopReason::EndOfSequence)) outcome.finish_reason = "stop";
+    if (!outcome.disconnected && !outcome.cancelled && !filter.stopped() && !enough) deliver(filter.finish());
+    outcome.eos = keep_going && seq->stop == minimind::StopReason::EndOfSequence && !filter.stopped();
+    if (filter.stopped() || enough || outcome.eos) outcome.finish_reason = "stop";
     else if (keep_going) outcome.finish_reason = "length";
     return outcome;
   }

@@ -101,6 +101,47 @@ TEST_CASE("minimind-generate on the demo model says what it learned, as a chat t
   CHECK(r.exit_code == 0);
 }
 
+TEST_CASE("minimind-generate and minimind-chat show the reasoning apart from the answer, or hide it") {
+  const auto dir = demo_with_minimind3_template("programs_minimind3_template");
+  if (!dir) return;
+  // The library's greedy reply to a prompt that opens the think block: the demo model never
+  // closes it, so all of it is reasoning.
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(*dir);
+  const auto tokenizer = Tokenizer::from_pretrained(*dir);
+  ChatOptions options;
+  options.add_generation_prompt = true;
+  options.open_thinking = true;
+  const auto prompt = tokenizer.encode(ChatTemplate(tokenizer.chat_template()).render({{"user", "小明家养了一只"}}, options));
+  GenerationConfig config = GenerationConfig::from_pretrained(*dir, model.config(), &tokenizer);
+  config.sampling.temperature = 0;
+  config.max_new_tokens = 12;
+  auto session = model.new_session(256);
+  std::string text;
+  generate_text(model, tokenizer, session, prompt, config, [&](std::string_view piece) {
+    text += piece;
+    return true;
+  });
+  ChatReplyOptions reply_options;
+  reply_options.starts_in_thinking = true;
+  const ChatReply reply = parse_chat_reply(text, reply_options);
+  REQUIRE(!reply.reasoning.empty());
+  const std::string shown = "thinking: " + reply.reasoning + (reply.content.empty() ? "" : "\n\n" + reply.content) + "\n";
+
+  const std::string flags = " --model " + dir->string() + " --temperature 0 --max-new-tokens 12";
+  const std::string gen = program("minimind-generate") + flags + " --prompt 小明家养了一只 --chat --think";
+  auto r = run_command(gen);
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == shown);
+  CHECK(run_command(gen + " --hide-thinking").out == reply.content + "\n");
+  CHECK(run_command(program("minimind-chat") + flags + " --think", "小明家养了一只\n").out == shown);
+  CHECK(run_command(program("minimind-chat") + flags + " --think --hide-thinking", "小明家养了一只\n").out == reply.content + "\n");
+  // Without --think the prompt closes the think block: the reply is all answer, as written.
+  r = run_command(program("minimind-generate") + flags + " --prompt 小明家养了一只 --chat");
+  CHECK(r.out.rfind("thinking: ", 0) == std::string::npos);
+  check_error(run_command(program("minimind-generate") + " --prompt hi --hide-thinking"), "minimind-generate", "--hide-thinking need --chat");
+}
+
 TEST_CASE("minimind-chat runs a piped conversation with /reset and ends at EOF") {
   const auto r = run_command(program("minimind-chat") + " --temperature 0 --max-new-tokens 12", "今天天气\n/reset\n这块石头\n");
   CAPTURE(r.err);

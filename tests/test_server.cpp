@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <chrono>
 #include <future>
+#include <random>
 #include <thread>
 
 using namespace minimind;
@@ -529,6 +530,369 @@ TEST_CASE("minimind-server: bad requests get OpenAI-style errors with the right 
   CHECK(post_json(server, chat, chat_request("你好"))["choices"].size() == 1);
 }
 
+TEST_CASE("minimind-server: every request field is honoured or refused with a 400 naming it") {
+  auto& server = demo_server();
+  const std::string chat = "/v1/chat/completions";
+  const Json weather = {{"type", "function"},
+                        {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}};
+  auto with = [&](const Json& fields) {
+    Json r = chat_request("你好");
+    r.update(fields);
+    return r;
+  };
+  auto strict = weather;
+  strict["function"]["strict"] = true;
+  const Json call_history = Json::array({{{"role", "user"}, {"content", "北京天气？"}},
+                                         {{"role", "assistant"},
+                                          {"content", nullptr},
+                                          {"tool_calls", Json::array({{{"id", "call_1"}, {"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", "{}"}}}}})}},
+                                         {{"role", "tool"}, {"tool_call_id", "call_2"}, {"content", "晴"}}});
+  const std::vector<std::pair<Json, std::string>> refused = {
+      {{{"user", "u-1"}}, "user"},
+      {{{"frobnicate", 1}}, "frobnicate"},
+      {{{"functions", Json::array()}}, "functions"},
+      {{{"presence_penalty", 0.5}}, "presence_penalty"},
+      {{{"frequency_penalty", -1}}, "frequency_penalty"},
+      {{{"logprobs", true}}, "logprobs"},
+      {{{"top_logprobs", 2}}, "top_logprobs"},
+      {{{"logit_bias", {{"5", 1}}}}, "logit_bias"},
+      {{{"store", true}}, "store"},
+      {{{"echo", false}}, "echo"},  // a /v1/completions field
+      {{{"stream_options", {{"include_usage", true}}}}, "stream_options"},  // without stream
+      {{{"stream", true}, {"stream_options", {{"include_obfuscation", true}}}}, "stream_options.include_obfuscation"},
+      {{{"max_completion_tokens", 10}}, "max_completion_tokens"},  // disagrees with max_tokens 24
+      {{{"tools", "get_weather"}}, "tools"},
+      {{{"tools", Json::array({{{"type", "retrieval"}}})}}, "tools[0].type"},
+      {{{"tools", Json::array({weather, weather})}}, "tools[1].function.name"},
+      {{{"tools", Json::array({strict})}}, "tools[0].function.strict"},
+      {{{"tools", Json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"returns", "int"}}}}})}}, "tools[0].function.returns"},
+      {{{"tool_choice", "sometimes"}}, "tool_choice"},
+      {{{"tool_choice", "required"}}, "tool_choice"},  // no tools
+      {{{"tools", Json::array({weather})}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}}, "tool_choice.function.name"},
+      {{{"parallel_tool_calls", "no"}}, "parallel_tool_calls"},
+      {{{"tools", Json::array({weather})}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"format", "date"}}}}}}}},
+       "response_format.json_schema.schema"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "object"}}}}}}}}, "response_format.json_schema.name"},
+      {{{"response_format", {{"type", "json_object"}}}, {"ignore_eos", true}}, "ignore_eos"},
+      {{{"response_format", {{"type", "xml"}}}}, "response_format.type"},
+      {{{"open_thinking", "yes"}}, "open_thinking"},
+      {{{"chat_template_kwargs", {{"tools_in_user_message", true}}}}, "chat_template_kwargs.tools_in_user_message"},
+      {{{"chat_template_kwargs", {{"enable_thinking", "no"}}}}, "chat_template_kwargs.enable_thinking"},
+      {{{"messages", Json::array({{{"role", "user"}, {"content", "hi"}, {"name", "bob"}}})}}, "messages[0].name"},
+      {{{"messages", Json::array({{{"role", "user"}, {"content", Json::array({{{"type", "image_url"}, {"image_url", "x"}}})}}})}}, "messages[0].content"},
+      {{{"messages", Json::array({{{"role", "assistant"}, {"content", "x"}, {"tool_calls", Json::array({{{"type", "function"}}})}}})}}, "messages[0].tool_calls[0].function"},
+      {{{"messages", call_history}}, "messages[2].tool_call_id"},
+  };
+  for (const auto& [fields, param] : refused) {
+    CAPTURE(fields.dump());
+    check_error_body(post_json(server, chat, with(fields), 400), "invalid_request_error", param);
+  }
+  const Json wrong_model = post_json(server, chat, with({{"model", "gpt-4"}}), 404);
+  check_error_body(wrong_model, "invalid_request_error", "model");
+  CHECK(wrong_model["error"]["code"] == "model_not_found");
+  check_error_body(post_json(server, "/v1/completions", Json{{"prompt", "x"}, {"tools", Json::array()}}, 400), "invalid_request_error", "tools");
+  check_error_body(post_json(server, "/v1/completions", Json{{"prompt", "x"}, {"suffix", "y"}}, 400), "invalid_request_error", "suffix");
+  check_error_body(post_json(server, "/v1/inspect", Json{{"prompt", "x"}, {"layers", 2}}, 400), "invalid_request_error", "layers");
+
+  // The values that ask for nothing the server does not do, null for any field, and the
+  // thinking switches (which MiniMind2's template does not read, bar enable_thinking false) are
+  // taken: the same greedy reply as the plain request.
+  const Json plain = post_json(server, chat, chat_request("你好"));
+  const Json neutral = post_json(server, chat,
+                                 with({{"presence_penalty", 0}, {"frequency_penalty", 0.0}, {"logprobs", false}, {"top_logprobs", 0},
+                                       {"logit_bias", Json::object()}, {"store", false}, {"n", 1}, {"user", nullptr}, {"modalities", {"text"}},
+                                       {"max_completion_tokens", 24}, {"tool_choice", "auto"}, {"parallel_tool_calls", false},
+                                       {"response_format", {{"type", "text"}}}, {"open_thinking", true},
+                                       {"chat_template_kwargs", {{"open_thinking", true}, {"enable_thinking", true}}}}));
+  CHECK(neutral["choices"][0]["message"] == plain["choices"][0]["message"]);
+  CHECK(neutral["usage"] == plain["usage"]);
+  CHECK(get_json(server, "/health")["slots_idle"] == 4);
+}
+
+TEST_CASE("minimind-server: tools, tool_choice and the tool-call history reach the template as upstream renders them") {
+  auto& server = demo_server();
+  const Local& l = local();
+  const ChatTemplate chat_template(l.tokenizer.chat_template());
+  // Keys out of alphabetical order: the template renders each tool with tojson, in the order sent.
+  const nlohmann::ordered_json tool = nlohmann::ordered_json::parse(
+      R"({"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"b": {}, "a": {}}}}})");
+  const Json messages = Json::array(
+      {{{"role", "user"}, {"content", "天气？"}},
+       {{"role", "assistant"},
+        {"content", nullptr},
+        {"reasoning_content", "查"},
+        {"tool_calls", Json::array({{{"id", "call_a"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{\"b\": 1}"}}}},
+                                    {{"id", "call_b"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", {{"a", "上海"}}}}}}})}},
+       {{"role", "tool"}, {"tool_call_id", "call_a"}, {"content", "晴"}},
+       {{"role", "tool"}, {"tool_call_id", "call_b"}, {"content", "雨"}},
+       {{"role", "user"}, {"content", "明天？"}}});
+  std::vector<ChatMessage> history = {{"user", "天气？"}, {"assistant", ""}, {"tool", "晴"}, {"tool", "雨"}, {"user", "明天？"}};
+  history[1].reasoning_content = "查";
+  history[1].tool_calls = {ToolCall{"f", "{\"b\": 1}"}, ToolCall{"f", nlohmann::ordered_json{{"a", "上海"}}}};
+
+  // The server's prompt (its length) and greedy reply are the library's for the same conversation.
+  using Ordered = nlohmann::ordered_json;
+  auto expect = [&](const Json& request_messages, const std::vector<ChatMessage>& conversation, const ChatOptions& options,
+                    const Ordered& fields) {
+    ChatOptions with_prompt = options;
+    with_prompt.add_generation_prompt = true;
+    const auto prompt = l.tokenizer.encode(chat_template.render(conversation, with_prompt));
+    const auto [text, result] = l.generate(prompt, l.greedy(24));
+    Ordered request = Ordered::parse(chat_request("", 24).dump());
+    request["messages"] = Ordered::parse(request_messages.dump());
+    request.update(fields);  // ordered: the tools keep their key order
+    const Json reply = post_raw(server, "/v1/chat/completions", request.dump(), 200);
+    CHECK(reply["usage"]["prompt_tokens"] == prompt.size());
+    CHECK(reply["choices"][0]["message"]["content"] == text);
+    return reply["usage"]["prompt_tokens"].get<size_t>();
+  };
+  // The tools block alone takes most of the demo model's 512 positions: tools and the history are
+  // sent in separate requests.
+  const Json question = Json::array({{{"role", "user"}, {"content", "天气？"}}});
+  ChatOptions with_tools;
+  with_tools.tools = {tool};
+  const Ordered tools = Ordered::array({tool});
+  const size_t offered = expect(question, {history[0]}, with_tools, {{"tools", tools}});
+  // tool_choice none: the tools are not offered.
+  const size_t declined = expect(question, {history[0]}, {}, {{"tools", tools}, {"tool_choice", "none"}});
+  CHECK(offered > declined + 100);
+  // The history's calls (string and object arguments), reasoning and results.
+  CHECK(expect(messages, history, {}, Ordered::object()) > declined + 40);
+  // MiniMind2's template reads enable_thinking: false closes a think block in the prompt.
+  ChatOptions no_thinking;
+  no_thinking.enable_thinking = false;
+  CHECK(expect(question, {history[0]}, no_thinking, {{"chat_template_kwargs", {{"enable_thinking", false}}}}) > declined);
+}
+
+std::filesystem::path write_slow_checkpoint();
+
+// python3-jsonschema's verdict on `document` against `schema`: "" when it validates, else why not.
+std::string jsonschema_error(const Json& schema, const std::string& document) {
+  const auto dir = scratch_dir("server_jsonschema");
+  write_file(dir / "schema.json", schema.dump());
+  write_file(dir / "document.json", document);
+  const auto r = run_command("python3 -c 'import json, sys, jsonschema; jsonschema.Draft202012Validator(json.load(open(sys.argv[1])))"
+                             ".validate(json.load(open(sys.argv[2])))' " + (dir / "schema.json").string() + " " + (dir / "document.json").string());
+  return r.exit_code == 0 ? "" : r.err + r.out;
+}
+
+TEST_CASE("minimind-server: a named or required tool_choice forces a call whose arguments follow the function's parameters, streamed and not") {
+  // Random weights, whatever they write, and room for the tools block (the demo model has 512 positions).
+  const auto model_dir = write_slow_checkpoint();
+  ServerProcess server("forced_calls", {"--model", model_dir.string(), "--slots", "2", "--threads", "1"});
+  const Json parameters = {{"type", "object"},
+                           {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}},
+                           {"required", {"city"}}};
+  const Json tool = {{"type", "function"}, {"function", {{"name", "get_weather"}, {"strict", true}, {"parameters", parameters}}}};
+  Json request = chat_request("北京天气？", 40);
+  request.erase("model");
+  request["tools"] = Json::array({tool});
+  request["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const Json reply = post_json(server, "/v1/chat/completions", request);
+  const Json& choice = reply["choices"][0];
+  CHECK(choice["finish_reason"] == "tool_calls");
+  CHECK(choice["message"]["content"].is_null());
+  REQUIRE(choice["message"]["tool_calls"].size() == 1);
+  const Json& call = choice["message"]["tool_calls"][0];
+  CHECK(call["type"] == "function");
+  CHECK(call["function"]["name"] == "get_weather");
+  const std::string arguments = call["function"]["arguments"];
+  CHECK(jsonschema_error(parameters, arguments) == "");
+
+  // Streamed: the same call, in a head and an arguments delta.
+  request["stream"] = true;
+  const auto chunks = sse_chunks(post_stream(server, "/v1/chat/completions", request).body);
+  std::string streamed_arguments, name;
+  for (const Json& chunk : chunks) {
+    const Json& delta = chunk["choices"][0]["delta"];
+    if (!delta.contains("tool_calls")) continue;
+    CHECK(delta["tool_calls"][0]["index"] == 0);
+    if (delta["tool_calls"][0]["function"].contains("name")) name = delta["tool_calls"][0]["function"]["name"];
+    streamed_arguments += delta["tool_calls"][0]["function"]["arguments"].get<std::string>();
+  }
+  CHECK(name == "get_weather");
+  CHECK(streamed_arguments == arguments);  // greedy: the same call
+  CHECK(chunks.back()["choices"][0]["finish_reason"] == "tool_calls");
+
+  // required: one of the tools, with its arguments.
+  request["stream"] = false;
+  request["tools"].push_back({{"type", "function"}, {"function", {{"name", "get_time"}}}});
+  request["tool_choice"] = "required";
+  const Json required = post_json(server, "/v1/chat/completions", request);
+  REQUIRE(required["choices"][0]["message"]["tool_calls"].size() == 1);
+  const Json& chosen = required["choices"][0]["message"]["tool_calls"][0]["function"];
+  CHECK((chosen["name"] == "get_weather" || chosen["name"] == "get_time"));
+  CHECK(jsonschema_error(chosen["name"] == "get_time" ? Json{{"type", "object"}, {"additionalProperties", false}} : parameters,
+                         chosen["arguments"]) == "");
+  CHECK(server.stop(SIGTERM) == 0);
+}
+
+TEST_CASE("minimind-server: response_format json_schema and json_object replies parse and validate") {
+  auto& server = demo_server();
+  const std::vector<Json> schemas = {
+      {{"type", "object"}, {"properties", {{"animal", {{"enum", {"猫", "狗"}}}}, {"age", {{"type", "integer"}}}}}, {"required", {"animal", "age"}}},
+      {{"type", "object"},
+       {"properties", {{"names", {{"type", "array"}, {"items", {{"type", "string"}}}, {"minItems", 1}, {"maxItems", 3}}}, {"ok", {{"type", "boolean"}}}}},
+       {"required", {"names"}}},
+      {{"anyOf", {{{"type", "object"}, {"properties", {{"x", {{"type", "number"}}}}}, {"required", {"x"}}}, {{"type", "object"}, {"properties", {{"y", {{"type", "null"}}}}}, {"required", {"y"}}}}}},
+  };
+  for (const Json& schema : schemas) {
+    for (bool stream : {false, true}) {
+      CAPTURE(schema.dump());
+      Json request = chat_request("小明家养了一只猫", 60);
+      request["temperature"] = 1.0;
+      request["seed"] = 5;
+      request["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "answer"}, {"strict", true}, {"schema", schema}}}};
+      std::string content;
+      if (stream) {
+        request["stream"] = true;
+        content = chat_stream_text(sse_chunks(post_stream(server, "/v1/chat/completions", request).body));
+      } else {
+        const Json reply = post_json(server, "/v1/chat/completions", request);
+        CHECK(reply["choices"][0]["finish_reason"] == "stop");
+        content = reply["choices"][0]["message"]["content"];
+      }
+      CHECK(jsonschema_error(schema, content) == "");
+    }
+  }
+  Json request = chat_request("小明家养了一只猫", 40);
+  request["response_format"] = {{"type", "json_object"}};
+  CHECK(Json::parse(post_json(server, "/v1/chat/completions", request)["choices"][0]["message"]["content"].get<std::string>()).is_object());
+  // A schema whose shortest document does not fit in max_tokens is refused before generating.
+  request["max_tokens"] = 3;
+  request["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schemas[1]}}}};
+  check_error_body(post_json(server, "/v1/chat/completions", request, 400), "invalid_request_error", "max_tokens");
+}
+
+// A random schema of the constraint engine's subset: objects, arrays, scalars, enum, const, anyOf.
+Json random_schema(std::mt19937& rng, int depth) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  const int kind = depth <= 0 ? 2 + pick(4) : pick(6);
+  switch (kind) {
+    case 0: {
+      Json properties = Json::object(), required = Json::array();
+      for (int i = 0, n = 1 + pick(3); i < n; ++i) {
+        const std::string key = std::string(1, static_cast<char>('a' + i)) + (pick(2) ? "键" : "");
+        properties[key] = random_schema(rng, depth - 1);
+        if (pick(2)) required.push_back(key);
+      }
+      Json schema = {{"type", "object"}, {"properties", properties}, {"required", required}};
+      if (pick(2)) schema["additionalProperties"] = false;
+      return schema;
+    }
+    case 1: {
+      const int min = pick(2);
+      return {{"type", "array"}, {"items", random_schema(rng, depth - 1)}, {"minItems", min}, {"maxItems", min + pick(3)}};
+    }
+    case 2: return {{"type", Json::array({"string", "integer", "number", "boolean", "null"})[static_cast<size_t>(pick(5))]}};
+    case 3: return {{"enum", Json::array({"猫", 7, false, nullptr, "a\"b"})}};
+    case 4: return {{"const", pick(2) ? Json("固定") : Json(pick(100))}};
+    default: return {{"anyOf", Json::array({random_schema(rng, depth - 1), random_schema(rng, depth - 1)})}};
+  }
+}
+
+TEST_CASE("minimind-server: 200 json_schema replies from a random-weight model, on random schemas, all parse and validate") {
+  const auto model_dir = write_slow_checkpoint();
+  ServerProcess server("random_schemas", {"--model", model_dir.string(), "--slots", "4", "--threads", "1"});
+  std::mt19937 rng(44);
+  constexpr int kRequests = 200;
+  std::vector<Json> schemas;
+  while (static_cast<int>(schemas.size()) < kRequests) schemas.push_back(random_schema(rng, 2));
+  auto reply = [&](int i) {
+    Json request = chat_request("JSON", 120);
+    request.erase("model");
+    request["temperature"] = 1.0;
+    request["seed"] = i;
+    request["stream"] = i % 2 == 1;
+    request["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", schemas[static_cast<size_t>(i)]}}}};
+    if (!request["stream"]) return post_json(server, "/v1/chat/completions", request)["choices"][0]["message"]["content"].get<std::string>();
+    std::string text;
+    for (const Json& chunk : sse_chunks(post_stream(server, "/v1/chat/completions", request).body)) {
+      text += chunk["choices"][0]["delta"].value("content", "");
+    }
+    return text;
+  };
+  const auto dir = scratch_dir("server_random_schemas");
+  std::string lines;
+  for (int first = 0; first < kRequests; first += 4) {
+    std::vector<std::future<std::string>> batch;
+    for (int i = first; i < first + 4; ++i) batch.push_back(std::async(std::launch::async, reply, i));
+    for (int i = first; i < first + 4; ++i) lines += Json{{"schema", schemas[static_cast<size_t>(i)]}, {"document", batch[static_cast<size_t>(i - first)].get()}}.dump() + "\n";
+  }
+  write_file(dir / "replies.jsonl", lines);
+  // python3-jsonschema counts the documents that parse and validate.
+  const auto r = run_command("python3 -c 'import json, sys, jsonschema\n"
+                             "good = 0\n"
+                             "for line in open(sys.argv[1], encoding=\"utf-8\"):\n"
+                             "    case = json.loads(line)\n"
+                             "    try:\n"
+                             "        jsonschema.Draft202012Validator(case[\"schema\"]).validate(json.loads(case[\"document\"])); good += 1\n"
+                             "    except Exception as e: print(case, e)\n"
+                             "print(good)' " + (dir / "replies.jsonl").string());
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  MESSAGE("json_schema replies that parse and validate: " << r.out);
+  CHECK(std::stoi(r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1)) == kRequests);
+  CHECK(server.stop(SIGTERM) == 0);
+}
+
+// The demo model with minimind-3's chat template (from ../shared): its prompt can open a think
+// block, so the demo model's reply is reasoning.
+TEST_CASE("minimind-server: with minimind-3's template, open_thinking makes the reply reasoning_content, streamed before any content") {
+  const auto dir = demo_with_minimind3_template("server_minimind3_model");
+  if (!dir) return;
+  ServerProcess server("minimind3_template", {"--model", dir->string(), "--slots", "2", "--threads", "1"});
+
+  const Local& l = local();
+  const ChatTemplate chat_template = ChatTemplate::minimind3();
+  const std::string user = "小明家养了一只";
+  ChatOptions options;
+  options.add_generation_prompt = true;
+  options.open_thinking = true;
+  const auto prompt = l.tokenizer.encode(chat_template.render({{"user", user}}, options));
+  const auto [text, result] = l.generate(prompt, l.greedy(24));
+  ChatReplyOptions reply_options;
+  reply_options.starts_in_thinking = true;
+  const ChatReply expected = parse_chat_reply(text, reply_options);
+  REQUIRE(!expected.reasoning.empty());
+
+  for (const Json& switch_on : {Json{{"open_thinking", true}}, Json{{"chat_template_kwargs", {{"open_thinking", true}}}},
+                                Json{{"chat_template_kwargs", {{"enable_thinking", true}}}}}) {
+    CAPTURE(switch_on.dump());
+    Json request = chat_request(user, 24);
+    request.erase("model");
+    request.update(switch_on);
+    const Json reply = post_json(server, "/v1/chat/completions", request);
+    CHECK(reply["usage"]["prompt_tokens"] == prompt.size());
+    const Json& message = reply["choices"][0]["message"];
+    CHECK(message["reasoning_content"] == expected.reasoning);
+    CHECK(message["content"] == expected.content);
+    CHECK_FALSE(message.contains("tool_calls"));
+
+    request["stream"] = true;
+    const auto chunks = sse_chunks(post_stream(server, "/v1/chat/completions", request).body);
+    std::string reasoning, content;
+    for (const Json& chunk : chunks) {
+      const Json& delta = chunk["choices"][0]["delta"];
+      if (delta.contains("reasoning_content")) {
+        CHECK(content.empty());  // reasoning comes first
+        reasoning += delta["reasoning_content"].get<std::string>();
+      }
+      if (delta.contains("content")) content += delta["content"].get<std::string>();
+    }
+    CHECK(reasoning == expected.reasoning);
+    CHECK(content == expected.content);
+    CHECK(chunks.back()["choices"][0]["finish_reason"] == reply["choices"][0]["finish_reason"]);
+  }
+  // Without the switch the prompt ends in a closed think block and the reply is content.
+  Json plain = chat_request(user, 24);
+  plain.erase("model");
+  const Json closed = post_json(server, "/v1/chat/completions", plain);
+  CHECK_FALSE(closed["choices"][0]["message"].contains("reasoning_content"));
+  CHECK(server.stop(SIGTERM) == 0);
+}
+
 TEST_CASE("minimind-server: flag errors are one line and exit 1") {
   for (const auto& flag_case : std::vector<std::pair<std::string, std::string>>{
            {"--slots 0", "--slots must be in"},
@@ -722,7 +1086,9 @@ TEST_CASE("minimind-server: a chat template the library cannot render leaves /v1
   tokenizer_config["chat_template"] = "{{ messages[0]['content'] }}";
   write_file(model_dir / "tokenizer_config.json", tokenizer_config.dump());
   ServerProcess server("custom_template", {"--model", model_dir.string(), "--slots", "1"});
-  const Json chat = post_json(server, "/v1/chat/completions", chat_request("你好", 2), 500);
+  Json request = chat_request("你好", 2);
+  request.erase("model");  // the server's model is not "demo"
+  const Json chat = post_json(server, "/v1/chat/completions", request, 500);
   check_error_body(chat, "server_error", nullptr);
   CHECK(chat["error"]["message"].get<std::string>().find("chat template") != std::string::npos);
   CHECK(post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 2}})["usage"]["completion_tokens"].get<int>() <= 2);

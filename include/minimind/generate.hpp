@@ -6,6 +6,7 @@
 // made per call.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/json.hpp"
+#include "minimind/json_constraint.hpp"
 #include "minimind/model.hpp"
 #include "minimind/sampler.hpp"
 #include "minimind/session.hpp"
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,9 +30,13 @@ struct GenerationConfig {
   SamplingParams sampling;
   std::vector<int32_t> eos_token_ids = {2};
   bool ignore_eos = false;  // keep going past eos ids (benchmarks, tests)
+  // When set, the reply is a document of this grammar ending with an eos id, within
+  // max_new_tokens (json_constraint.hpp); shared by every sequence that uses this config.
+  std::shared_ptr<const JsonGrammar> json_grammar;
 
   void validate() const {
     if (max_new_tokens < 0) throw Error("max_new_tokens must be >= 0, got " + std::to_string(max_new_tokens));
+    if (json_grammar && ignore_eos) throw Error("json_grammar needs the eos ids to end the document; ignore_eos is set");
     sampling.validate();
   }
 
@@ -115,12 +121,15 @@ class SequenceSampler {
     ids_.reserve(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(config.max_new_tokens, room + 1))));
     seen_.reserve(static_cast<size_t>(vocab));
     for (int32_t id : prompt) mark_seen(id);
+    if (config.json_grammar) constraint_.emplace(config.json_grammar, std::min<int64_t>(config.max_new_tokens, room + 1), config.eos_token_ids);
   }
 
   // Samples the id after `logits` (the last position's, vocab values) and records it.
   int32_t next(const float* logits) {
     std::copy(logits, logits + logits_.size(), logits_.begin());
+    if (constraint_) constraint_->apply(logits_);
     const int32_t id = sampler_.sample(logits_, seen_);
+    if (constraint_) constraint_->accept(id);
     ids_.push_back(id);
     mark_seen(id);
     return id;
@@ -153,6 +162,7 @@ class SequenceSampler {
   std::vector<uint8_t> seen_mask_;  // distinct ids seen so far, for the repetition penalty
   std::vector<int32_t> seen_;
   std::vector<int32_t> ids_;
+  std::optional<JsonConstraint> constraint_;
 };
 
 // Called with each new id; return false to stop.

@@ -138,6 +138,10 @@ class Tokenizer {
     return special_[static_cast<std::size_t>(id)];
   }
 
+  // True for every added token, special or not (e.g. minimind-3's <think>): text the model writes
+  // with them is not text the BPE model would give, so constrained decoding leaves them out.
+  bool is_added(std::int32_t id) const { return added_contents_.count(id_to_token(id)) != 0; }
+
   // From tokenizer_config.json (from_pretrained) when it names them.
   std::optional<std::int32_t> bos_id() const { return bos_id_; }
   std::optional<std::int32_t> eos_id() const { return eos_id_; }

@@ -1,5 +1,6 @@
 // The official openai npm client against a running minimind-server: lists the models, completes a
-// chat, streams the same chat, and reads the server's errors as the client's typed exceptions.
+// chat, streams the same chat, runs a tool round trip and a json_schema reply, and reads the
+// server's errors as the client's typed exceptions.
 // Usage: node client.mjs http://127.0.0.1:PORT/v1
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -107,6 +108,129 @@ await check('an unknown model is a NotFoundError', async () => {
     assert.equal(error.code, 'model_not_found');
     return true;
   });
+});
+
+// Tools as the client sends them. The demo model writes no <tool_call> of its own, so with
+// tool_choice "auto" the reply is text; what is checked is that every field the client sends is
+// taken, and that a conversation holding a call and its result (the second half of a round trip)
+// is answered.
+const tools = [{
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: '查询城市天气',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+}];
+
+await check('tools with tool_choice auto and parallel_tool_calls are taken; the reply is a message', async () => {
+  const reply = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: '北京天气怎么样？' }], tools, tool_choice: 'auto', parallel_tool_calls: false,
+    temperature: 0, max_tokens: 16,
+  });
+  assert.equal(reply.choices[0].message.role, 'assistant');
+  assert.equal(typeof reply.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(reply.choices[0].finish_reason));
+});
+
+await check('a call and its tool result in the history are answered, streamed and not', async () => {
+  const messages = [
+    { role: 'user', content: '北京天气怎么样？' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "北京"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '{"sky": "晴", "temp": 20}' },
+  ];
+  // Without the tools list, which alone fills most of the demo model's 512 positions.
+  const reply = await client.chat.completions.create({ model, messages, temperature: 0, max_tokens: 16 });
+  assert.equal(typeof reply.choices[0].message.content, 'string');
+  const stream = await client.chat.completions.create({ model, messages, temperature: 0, max_tokens: 16, stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  assert.equal(text, reply.choices[0].message.content);
+});
+
+await check('a tool result answering no call is a BadRequestError naming tool_call_id', async () => {
+  await assert.rejects(client.chat.completions.create({
+    model, tools, messages: [{ role: 'user', content: 'q' }, { role: 'tool', tool_call_id: 'call_9', content: 'r' }],
+  }), (error) => {
+    assert.ok(error instanceof OpenAI.BadRequestError, `got ${error?.constructor?.name}`);
+    assert.equal(error.param, 'messages[1].tool_call_id');
+    return true;
+  });
+});
+
+await check('a field the server does not honour is a BadRequestError naming it, not ignored', async () => {
+  await assert.rejects(client.chat.completions.create({ ...request, model, presence_penalty: 0.5 }), (error) => {
+    assert.ok(error instanceof OpenAI.BadRequestError, `got ${error?.constructor?.name}`);
+    assert.equal(error.param, 'presence_penalty');
+    return true;
+  });
+});
+
+// The whole tool round trip with a forced call, which constrained decoding makes well formed
+// whatever the model: tools + a named tool_choice -> a call whose arguments validate -> the
+// call and a `tool` message sent back -> a reply. Streamed and not.
+function checkArguments(text) {
+  const args = JSON.parse(text);
+  assert.ok(typeof args === 'object' && args !== null && !Array.isArray(args), text);
+  assert.deepEqual(Object.keys(args), ['c'], text);
+  assert.equal(typeof args.c, 'string', text);
+}
+// One-letter names: the tools block alone takes most of the demo model's 512 positions.
+const forcedTools = [{
+  type: 'function',
+  function: { name: 'w', strict: true, parameters: { type: 'object', properties: { c: { type: 'string' } }, required: ['c'] } },
+}];
+for (const stream of [false, true]) {
+  await check(`a tool round trip with a named tool_choice${stream ? ', streamed' : ''}`, async () => {
+    const question = { role: 'user', content: '北京天气？' };
+    const ask = { model, messages: [question], tools: forcedTools, tool_choice: { type: 'function', function: { name: 'w' } },
+      temperature: 0, max_tokens: 24 };
+    let call;
+    let finish;
+    if (!stream) {
+      const reply = await client.chat.completions.create(ask);
+      finish = reply.choices[0].finish_reason;
+      assert.equal(reply.choices[0].message.tool_calls.length, 1);
+      call = reply.choices[0].message.tool_calls[0];
+    } else {
+      const calls = [];
+      for await (const chunk of await client.chat.completions.create({ ...ask, stream: true })) {
+        const choice = chunk.choices[0];
+        if (!choice) continue;
+        for (const piece of choice.delta.tool_calls ?? []) {
+          if (!calls[piece.index]) calls[piece.index] = { id: piece.id, type: piece.type, function: { name: piece.function.name, arguments: '' } };
+          calls[piece.index].function.arguments += piece.function.arguments ?? '';
+        }
+        if (choice.finish_reason) finish = choice.finish_reason;
+      }
+      assert.equal(calls.length, 1);
+      call = calls[0];
+    }
+    assert.equal(finish, 'tool_calls');
+    assert.equal(call.type, 'function');
+    assert.equal(call.function.name, 'w');
+    checkArguments(call.function.arguments);
+    const answer = await client.chat.completions.create({
+      model, temperature: 0, max_tokens: 16, stream: false,
+      messages: [question, { role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: call.id, content: '{"sky": "晴"}' }],
+    });
+    assert.equal(typeof answer.choices[0].message.content, 'string');
+  });
+}
+
+await check('response_format json_schema: the content parses and follows the schema', async () => {
+  const reply = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: '小明家养了一只猫' }], temperature: 0, max_tokens: 60,
+    response_format: { type: 'json_schema', json_schema: { name: 'pet', strict: true, schema: {
+      type: 'object', properties: { animal: { type: 'string', enum: ['猫', '狗'] }, age: { type: 'integer' }, names: { type: 'array', items: { type: 'string' }, maxItems: 2 } },
+      required: ['animal', 'age'] } } },
+  });
+  const pet = JSON.parse(reply.choices[0].message.content);
+  assert.ok(['猫', '狗'].includes(pet.animal));
+  assert.ok(Number.isInteger(pet.age));
+  if ('names' in pet) assert.ok(Array.isArray(pet.names) && pet.names.length <= 2 && pet.names.every((n) => typeof n === 'string'));
+  assert.deepEqual(Object.keys(pet).filter((k) => !['animal', 'age', 'names'].includes(k)), []);
+  assert.equal(reply.choices[0].finish_reason, 'stop');
 });
 
 console.log(`openai client: ${passed} passed, ${failed} failed`);

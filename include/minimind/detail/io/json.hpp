@@ -35,9 +35,10 @@ inline Json read_json_file(const std::filesystem::path& path) {
   return parse_json(buffer.str(), path.string());
 }
 
-// The value of `key` in object `object` as T, or nullopt when absent or null.
-template <class T>
-std::optional<T> optional_field(const Json& object, const std::string& key, const std::string& source) {
+// The value of `key` in object `object` as T, or nullopt when absent or null. Object: Json, or
+// nlohmann::ordered_json where key order matters (the server renders request JSON as given).
+template <class T, class Object = Json>
+std::optional<T> optional_field(const Object& object, const std::string& key, const std::string& source) {
   auto it = object.find(key);
   if (it == object.end() || it->is_null()) return std::nullopt;
   bool type_ok = true;

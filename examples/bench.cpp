@@ -6,6 +6,11 @@
 // -b N: batched decode, like llama.cpp's batched-bench: N sequences, each first given a short
 // prompt (untimed), then -n steps that each advance all N by one token in one forward pass
 // (Batch); the rate is the aggregate, N x n tokens over the steps' time.
+// --json-schema FILE (or "object") with --tokenizer FILE: the cost of the JSON constraint instead.
+// -n decode steps at temperature 1, each a forward pass and a draw, the constraint's mask and
+// accept timed apart from the forward pass; a document that ends starts the next from a fresh
+// session. Gives the mean, 99th percentile and largest time of the mask per step (mask and
+// accept), and the mean as a share of the forward pass's.
 #include <minimind/minimind.hpp>
 
 #include "cli.hpp"
@@ -14,6 +19,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -146,6 +153,71 @@ void bench_batches(const Model& model, const std::string& shape, minimind::Weigh
   }
 }
 
+// The mask rows: the JSON constraint's cost per decode step beside the forward pass's.
+void bench_json_mask(const Model& model, const std::shared_ptr<const minimind::JsonGrammar>& grammar, const std::string& shape,
+                     minimind::WeightFormat format, int threads, int64_t n, int64_t reps, bool json) {
+  constexpr int64_t kMaxTokens = 256;
+  const std::vector<int32_t> eos = {2};
+  auto session = model.new_session(kMaxTokens + 1);
+  minimind::SamplingParams params;
+  params.temperature = 1;
+  minimind::Sampler sampler(params, model.config().vocab_size);
+  std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
+  std::vector<double> mask_seconds, forward_seconds;
+  int64_t documents = 0;
+  for (int64_t r = 0; r <= reps; ++r) {  // run 0 warms up
+    std::optional<minimind::JsonConstraint> constraint;
+    int32_t id = 0;
+    for (int64_t step = 0; step < n; ++step) {
+      if (!constraint) {
+        session.reset();
+        constraint.emplace(grammar, kMaxTokens, eos);
+        id = static_cast<int32_t>(model.config().bos_token_id);
+      }
+      const auto forward_start = Clock::now();
+      const float* out = model.forward(session, std::span<const int32_t>(&id, 1), false).data();
+      const double forward = seconds_since(forward_start);
+      std::copy(out, out + logits.size(), logits.begin());
+      const auto mask_start = Clock::now();
+      constraint->apply(logits);
+      const double masked = seconds_since(mask_start);
+      id = sampler.sample(logits, {});
+      const auto accept_start = Clock::now();
+      constraint->accept(id);
+      const double accepted = seconds_since(accept_start);
+      if (r > 0) {
+        mask_seconds.push_back(masked + accepted);
+        forward_seconds.push_back(forward);
+      }
+      if (constraint->finished()) {
+        constraint.reset();
+        documents += r > 0;
+      }
+    }
+  }
+  double mask_total = 0, forward_total = 0;
+  for (const double t : mask_seconds) mask_total += t;
+  for (const double t : forward_seconds) forward_total += t;
+  const double steps = static_cast<double>(mask_seconds.size());
+  std::sort(mask_seconds.begin(), mask_seconds.end());
+  const double p99 = mask_seconds[static_cast<size_t>(0.99 * (steps - 1))], worst = mask_seconds.back();
+  const double share = mask_total / forward_total;
+  if (json) {
+    const nlohmann::json row = {{"shape", shape},        {"dtype", minimind::format_name(format)},
+                                {"threads", threads},    {"kernels", minimind::kernels::name()},
+                                {"test", "json" + std::to_string(n)}, {"steps", mask_seconds.size()},
+                                {"documents", documents}, {"forward_ms_mean", forward_total / steps * 1e3},
+                                {"mask_us_mean", mask_total / steps * 1e6}, {"mask_us_p99", p99 * 1e6}, {"mask_us_max", worst * 1e6},
+                                {"mask_share_of_forward", share}};
+    std::printf("%s\n", row.dump().c_str());
+  } else {
+    std::printf("| %-15s | %-5s | %7d | %8s | %9lld | %15.3f | %12.1f | %11.1f | %11.1f | %8.2f%% |\n", shape.c_str(),
+                minimind::format_name(format), threads, ("json" + std::to_string(n)).c_str(), static_cast<long long>(documents),
+                forward_total / steps * 1e3, mask_total / steps * 1e6, p99 * 1e6, worst * 1e6, share * 100);
+  }
+  std::fflush(stdout);
+}
+
 int run(int argc, char** argv) {
   cli::Args args("minimind-bench", "tokens per second of prefill and decode, like llama-bench");
   args.value("--model", "checkpoint to load: directory, or .safetensors/.pth/.gguf file")
@@ -157,6 +229,8 @@ int run(int argc, char** argv) {
       .value("--threads", "same as -t")
       .value("-r", "repetitions of each test (default 5)")
       .value("-b", "batched decode instead: N sequences advanced together, aggregate tokens/s; a list such as 1,8,32")
+      .value("--json-schema", "FILE, or \"object\": time the JSON constraint's mask per decode step instead (needs --tokenizer)")
+      .value("--tokenizer", "tokenizer.json for --json-schema")
       .toggle("--json", "print one JSON object per row instead of the table");
   if (!args.parse(argc, argv)) return 0;
 
@@ -182,6 +256,25 @@ int run(int argc, char** argv) {
     }
     if (n == 0) throw cli::UsageError("-b needs decode steps: -n must be at least 1");
   }
+  std::shared_ptr<const minimind::JsonGrammar> grammar;
+  if (auto schema = args.get("--json-schema")) {
+    if (!args.has("--tokenizer")) throw cli::UsageError("--json-schema needs --tokenizer FILE");
+    if (!batch_sizes.empty()) throw cli::UsageError("give at most one of -b and --json-schema");
+    if (n == 0) throw cli::UsageError("--json-schema needs decode steps: -n must be at least 1");
+    const auto tokenizer = minimind::Tokenizer::from_file(*args.get("--tokenizer"));
+    if (*schema == "object") {
+      grammar = minimind::JsonGrammar::any_object(tokenizer);
+    } else {
+      const minimind::io::Json schema_json = minimind::io::read_json_file(*schema);
+      try {
+        grammar = minimind::JsonGrammar::from_schema(schema_json, tokenizer);
+      } catch (const minimind::Error& e) {
+        throw minimind::Error(*schema + ": " + e.what());
+      }
+    }
+  } else if (args.has("--tokenizer")) {
+    throw cli::UsageError("--tokenizer is for --json-schema");
+  }
   std::vector<minimind::WeightFormat> formats;
   for (const auto& f : split(args.get_or("--dtype", "f32"))) formats.push_back(minimind::parse_format(f));
 
@@ -198,7 +291,12 @@ int run(int argc, char** argv) {
   }
   const bool json = args.has("--json");
 
-  if (!json && !batch_sizes.empty()) {
+  if (!json && grammar) {
+    std::printf("| %-15s | %-5s | %7s | %8s | %9s | %15s | %12s | %11s | %11s | %9s |\n", "shape", "dtype", "threads", "test", "documents",
+                "forward ms/step", "mask us mean", "mask us p99", "mask us max", "mask/fwd");
+    std::printf("| %.15s | %.5s | %.7s | %.8s | %.9s | %.15s | %.12s | %.11s | %.11s | %.9s |\n", "----------------", "------", "--------",
+                "---------", "----------", "----------------", "-------------", "------------", "------------", "----------");
+  } else if (!json && !batch_sizes.empty()) {
     std::printf("| %-15s | %-5s | %7s | %5s | %6s | %10s | %10s | %10s |\n", "shape", "dtype", "threads", "batch", "test",
                 "t/s min", "t/s median", "t/s max");
     std::printf("| %.15s | %.5s | %.7s | %.5s | %.6s | %.10s | %.10s | %.10s |\n", "----------------", "------", "--------",
@@ -230,6 +328,10 @@ int run(int argc, char** argv) {
 
     for (const int threads : thread_counts) {
       model.set_threads(threads);
+      if (grammar) {
+        bench_json_mask(model, grammar, shape, format, threads, n, reps, json);
+        continue;
+      }
       if (!batch_sizes.empty()) {
         bench_batches(model, shape, held, threads, batch_sizes, n, reps, json, tokens);
         continue;

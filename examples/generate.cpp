@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace {
@@ -18,6 +19,8 @@ int run(int argc, char** argv) {
       .toggle("--hide-thinking", "with --chat: print only the answer, not the reasoning in <think>...</think>")
       .value("--ctx", "context length in tokens (default: prompt + max new tokens, within max_position_embeddings)")
       .toggle("--ignore-eos", "keep generating past end-of-sequence ids")
+      .value("--json-schema", "FILE: the reply is a JSON document valid against this JSON Schema (a subset: see the docs)")
+      .toggle("--json", "the reply is a JSON object (any)")
       .toggle("--print-ids", "print the generated ids comma-separated on one line instead of text");
   if (!args.parse(argc, argv)) return 0;
   if (args.has("--ids") == args.has("--prompt")) throw cli::UsageError("give exactly one of --prompt TEXT or --ids 1,2,3");
@@ -25,11 +28,27 @@ int run(int argc, char** argv) {
   if ((args.has("--system") || args.has("--think") || args.has("--hide-thinking")) && !args.has("--chat")) {
     throw cli::UsageError("--system, --think and --hide-thinking need --chat");
   }
+  if (args.has("--json") && args.has("--json-schema")) throw cli::UsageError("give at most one of --json and --json-schema FILE");
+  const bool json_reply = args.has("--json") || args.has("--json-schema");
+  if (json_reply && args.has("--ignore-eos")) throw cli::UsageError("--json and --json-schema end the reply with an eos id; drop --ignore-eos");
 
   const auto checkpoint = cli::load_pretrained(args);
   const auto& model = checkpoint.model;
   minimind::GenerationConfig config = cli::apply_sampling_flags(args, checkpoint.generation);
   config.ignore_eos = args.has("--ignore-eos");
+  if (json_reply) {
+    const auto& tokenizer = checkpoint.require_tokenizer();
+    if (auto file = args.get("--json-schema")) {
+      const minimind::io::Json schema = minimind::io::read_json_file(*file);
+      try {
+        config.json_grammar = minimind::JsonGrammar::from_schema(schema, tokenizer);
+      } catch (const minimind::Error& e) {
+        throw minimind::Error(*file + ": " + e.what());
+      }
+    } else {
+      config.json_grammar = minimind::JsonGrammar::any_object(tokenizer);
+    }
+  }
 
   std::vector<int32_t> prompt;
   minimind::ChatReplyOptions reply_options;  // with --chat, how the reply splits into reasoning and answer
@@ -60,6 +79,15 @@ int run(int argc, char** argv) {
   const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, static_cast<int64_t>(prompt.size()) + std::max<int64_t>(config.max_new_tokens, 1)));
   if (context < 1 || context > max_context) throw cli::UsageError("--ctx must be in [1, " + std::to_string(max_context) + "]");
   auto session = model.new_session(context);
+  if (config.json_grammar) {
+    // Refused before generating: the reply's room is the smaller of the two limits.
+    const int64_t room = std::min<int64_t>(config.max_new_tokens, context - static_cast<int64_t>(prompt.size()) + 1);
+    try {
+      config.json_grammar->check_room(room);
+    } catch (const minimind::Error& e) {
+      throw cli::UsageError(std::string(e.what()) + " (raise --max-new-tokens or --ctx)");
+    }
+  }
 
   minimind::GenerationResult result;
   if (args.has("--print-ids") || !checkpoint.tokenizer) {

@@ -140,6 +140,38 @@ TEST_CASE("minimind-generate and minimind-chat show the reasoning apart from the
   r = run_command(program("minimind-generate") + flags + " --prompt 小明家养了一只 --chat");
   CHECK(r.out.rfind("thinking: ", 0) == std::string::npos);
   check_error(run_command(program("minimind-generate") + " --prompt hi --hide-thinking"), "minimind-generate", "--hide-thinking need --chat");
+TEST_CASE("minimind-generate --json-schema and --json: the reply is a document; a bad schema is a one-line error") {
+  const auto dir = scratch_dir("generate_json_schema");
+  const std::string schema = (dir / "schema.json").string();
+  write_file(schema, R"({"type":"object","properties":{"city":{"type":"string"},"sunny":{"type":"boolean"}},"required":["city","sunny"]})");
+  for (int seed = 0; seed < 3; ++seed) {
+    const auto r = run_command(program("minimind-generate") + " --prompt 今天天气 --max-new-tokens 24 --seed " + std::to_string(seed) +
+                               " --json-schema " + schema);
+    CAPTURE(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.err.find("stop: eos") != std::string::npos);
+    const auto reply = nlohmann::json::parse(r.out);
+    CHECK(reply.at("city").is_string());
+    CHECK(reply.at("sunny").is_boolean());
+    CHECK(reply.size() == 2);
+  }
+  const auto any = run_command(program("minimind-generate") + " --prompt 今天天气 --json");
+  REQUIRE(any.exit_code == 0);
+  CHECK(nlohmann::json::parse(any.out).is_object());
+
+  const std::string gen = program("minimind-generate") + " --prompt hi ";
+  const std::string refused = (dir / "refused.json").string();
+  write_file(refused, R"({"type":"object","properties":{"when":{"type":"string","format":"date"}}})");
+  check_error(run_command(gen + "--json-schema " + refused), "minimind-generate",
+              refused + ": json schema: keyword \"format\" is not supported at /properties/when/format");
+  const std::string malformed = (dir / "malformed.json").string();
+  write_file(malformed, "{\"type\":");
+  check_error(run_command(gen + "--json-schema " + malformed), "minimind-generate", malformed + ": malformed JSON");
+  check_error(run_command(gen + "--json-schema " + (dir / "absent.json").string()), "minimind-generate", "absent.json: cannot open");
+  check_error(run_command(gen + "--json-schema " + schema + " --max-new-tokens 4"), "minimind-generate",
+              "a reply of at most 4 tokens cannot hold the JSON schema's shortest document");
+  check_error(run_command(gen + "--json --json-schema " + schema), "minimind-generate", "at most one of --json and --json-schema");
+  check_error(run_command(gen + "--json --ignore-eos"), "minimind-generate", "drop --ignore-eos");
 }
 
 TEST_CASE("minimind-chat runs a piped conversation with /reset and ends at EOF") {

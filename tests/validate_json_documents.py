@@ -26,7 +26,9 @@ def main():
             missing += 1
             continue
         good = total = 0
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        # split("\n"), not splitlines(): a document may hold U+2028 or U+0085, which JSON strings
+        # may carry raw and splitlines() would break the line at.
+        for number, line in enumerate(path.read_text(encoding="utf-8").split("\n")[:-1], 1):
             total += 1
             case = json.loads(line)
             try:

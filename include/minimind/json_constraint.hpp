@@ -8,9 +8,10 @@
 //   each step:  constraint.apply(logits);  id = sample(logits);  constraint.accept(id);
 //
 // The schema subset: type (object, array, string, number, integer, boolean, null, or a list of
-// them), properties, required, additionalProperties (absent: no other key is written, which every
-// validator accepts), enum, const, items, minItems, maxItems, anyOf; title, description, default,
-// examples, $schema, $id, $comment, deprecated, readOnly, writeOnly are ignored. Any other keyword
+// them), properties, required, additionalProperties (absent beside properties: no other key is
+// written, which every validator accepts; absent with no properties: any key), enum, const,
+// items, minItems, maxItems, anyOf; title, description, default, examples, $schema, $id,
+// $comment, deprecated, readOnly, writeOnly are ignored. Any other keyword
 // (pattern, format, minimum, $ref, oneOf, ...) throws Error naming it and its JSON pointer.
 // JsonGrammar::any_object() accepts any JSON object (OpenAI's json_object mode).
 //

@@ -503,10 +503,12 @@ class Grammar {
       }
     }
     if (const auto extra = schema.find("additionalProperties"); extra != schema.end()) {
-      // Absent, no other key is written (still valid, as every key may be left out): a small
-      // model asked for an object would otherwise invent keys.
       if (!(extra->is_boolean() && !extra->get<bool>())) object.additional = compile(*extra, at + "/additionalProperties");
+    } else if (!schema.contains("properties")) {
+      object.additional = any_;  // {"type": "object"}: any object
     }
+    // Absent beside properties, no other key is written (still valid, as every key may be left
+    // out): a small model asked for those properties would otherwise invent keys.
     if (const auto required = schema.find("required"); required != schema.end()) {
       if (!required->is_array()) fail(at + "/required", "required must be an array of strings");
       for (size_t i = 0; i < required->size(); ++i) {

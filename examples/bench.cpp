@@ -11,6 +11,9 @@
 // accept timed apart from the forward pass; a document that ends starts the next from a fresh
 // session. Gives the mean, 99th percentile and largest time of the mask per step (mask and
 // accept), and the mean as a share of the forward pass's.
+// --lora / --lora-scaled: LoRA adapters, merged into the weights at load; with --lora-unmerged the
+// base model stays as loaded and every sequence runs them per step instead, and with --lora-spread
+// (batched) sequence i runs only adapter i mod count, so one step mixes them.
 #include <minimind/minimind.hpp>
 
 #include "cli.hpp"
@@ -119,11 +122,17 @@ double run_batched_tg(const Model& model, std::vector<minimind::Session<float>>&
 }
 
 // The -b rows: aggregate decode tokens/s of each batch size (tokens per second over all sequences).
+// Unmerged adapters: every sequence runs them all, or with `spread` sequence i runs adapter i mod count.
 void bench_batches(const Model& model, const std::string& shape, minimind::WeightFormat format, int threads,
-                   const std::vector<int64_t>& batch_sizes, int64_t n, int64_t reps, bool json, Tokens& tokens) {
+                   const std::vector<int64_t>& batch_sizes, int64_t n, int64_t reps, bool json, Tokens& tokens,
+                   const std::vector<minimind::LoraUse>& unmerged, bool spread, const std::string& lora) {
   for (const int64_t size : batch_sizes) {
     std::vector<minimind::Session<float>> sessions;
-    for (int64_t i = 0; i < size; ++i) sessions.push_back(model.new_session(kBatchPromptLength + n));
+    for (int64_t i = 0; i < size; ++i) {
+      sessions.push_back(model.new_session(kBatchPromptLength + n));
+      if (spread) sessions.back().set_adapters({unmerged[static_cast<size_t>(i) % unmerged.size()]});
+      else sessions.back().set_adapters(unmerged);
+    }
     std::vector<double> rates;
     for (int64_t r = 0; r <= reps; ++r) {  // run 0 warms up
       const double rate = run_batched_tg(model, sessions, n, tokens);
@@ -136,6 +145,7 @@ void bench_batches(const Model& model, const std::string& shape, minimind::Weigh
                                   {"dtype", minimind::format_name(format)},
                                   {"threads", threads},
                                   {"batch", size},
+                                  {"lora", lora},
                                   {"kernels", minimind::kernels::name()},
                                   {"test", name},
                                   {"prompt_tokens_each", kBatchPromptLength},
@@ -232,7 +242,18 @@ int run(int argc, char** argv) {
       .value("--json-schema", "FILE, or \"object\": time the JSON constraint's mask per decode step instead (needs --tokenizer)")
       .value("--tokenizer", "tokenizer.json for --json-schema")
       .toggle("--json", "print one JSON object per row instead of the table");
+  cli::lora_flags(args)
+      .toggle("--lora-unmerged", "run the adapters per sequence over the unchanged base model instead of merging them")
+      .toggle("--lora-spread", "with -b and --lora-unmerged: sequence i runs only adapter i mod the adapter count");
   if (!args.parse(argc, argv)) return 0;
+  const std::vector<minimind::LoraUse> adapters = cli::lora_adapters(args);
+  const bool unmerged = args.has("--lora-unmerged"), spread = args.has("--lora-spread");
+  if (unmerged && adapters.empty()) throw cli::UsageError("--lora-unmerged needs --lora or --lora-scaled");
+  if (spread && !(unmerged && args.has("-b"))) throw cli::UsageError("--lora-spread needs -b and --lora-unmerged");
+  const std::string lora = adapters.empty() ? "none"
+                           : !unmerged      ? "merged " + std::to_string(adapters.size())
+                           : spread         ? "spread over " + std::to_string(adapters.size())
+                                            : "unmerged " + std::to_string(adapters.size());
 
   if (args.has("--model") == args.has("--shape")) throw cli::UsageError("give exactly one of --model DIR or --shape NAME");
   const int64_t p = args.int_or("-p", 128), n = args.int_or("-n", 128), reps = args.int_or("-r", 5);
@@ -311,6 +332,7 @@ int run(int argc, char** argv) {
   for (const auto format : formats) {
     minimind::LoadOptions options{format, thread_counts.front()};
     options.quantized_as_stored = !args.has("--dtype") || options.format == minimind::WeightFormat::Ggml;
+    if (!unmerged) options.adapters = adapters;
     const double rss_before = resident_mib();
     const auto load_start = Clock::now();
     Model model = args.has("--model") ? Model::from_pretrained(*args.get("--model"), options)
@@ -325,6 +347,7 @@ int run(int argc, char** argv) {
     std::vector<int32_t> prompt(static_cast<size_t>(p));
     for (auto& id : prompt) id = tokens.next(vocab);
     auto session = model.new_session(std::max<int64_t>({p, n, 1}));
+    if (unmerged) session.set_adapters(adapters);
 
     for (const int threads : thread_counts) {
       model.set_threads(threads);
@@ -333,7 +356,8 @@ int run(int argc, char** argv) {
         continue;
       }
       if (!batch_sizes.empty()) {
-        bench_batches(model, shape, held, threads, batch_sizes, n, reps, json, tokens);
+        bench_batches(model, shape, held, threads, batch_sizes, n, reps, json, tokens,
+                      unmerged ? adapters : std::vector<minimind::LoraUse>{}, spread, lora);
         continue;
       }
       for (const auto& [test, count] : {std::pair<std::string, int64_t>{"pp", p}, {"tg", n}}) {
@@ -349,6 +373,7 @@ int run(int argc, char** argv) {
           nlohmann::json row = {{"shape", shape},
                                 {"dtype", minimind::format_name(held)},
                                 {"threads", threads},
+                                {"lora", lora},
                                 {"kernels", minimind::kernels::name()},
                                 {"test", name},
                                 {"tokens_per_s_min", s.min},
@@ -377,6 +402,8 @@ int run(int argc, char** argv) {
   if (!json) {
     std::printf("\n");
     for (const auto& note : notes) std::printf("%s\n", note.c_str());
+    if (!adapters.empty()) std::printf("lora: %s\n", lora.c_str());
+    for (const auto& use : adapters) std::printf("  %s\n", cli::describe(use).c_str());
   }
   return 0;
 }

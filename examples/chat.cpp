@@ -19,7 +19,7 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 
 int run(int argc, char** argv) {
   cli::Args args("minimind-chat", "chat with a MiniMind checkpoint; /reset starts over, /exit or Ctrl-D quits");
-  cli::sampling_flags(cli::model_flag(args))
+  cli::sampling_flags(cli::lora_flags(cli::model_flag(args)))
       .value("--system", "system message")
       .toggle("--think", "on minimind-3: leave the think block open for reasoning")
       .toggle("--hide-thinking", "print only the answer, not the reasoning in <think>...</think>")

@@ -3,7 +3,9 @@
 // that turns any exception into `<program>: error: ...` on stderr with exit status 1.
 #include <minimind/error.hpp>
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -12,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cli {
@@ -64,6 +67,7 @@ class Args {
     std::string name;
     std::string help;
     bool takes_value = true;
+    bool repeatable = false;
   };
 
   Args(std::string program, std::string summary) : program_(std::move(program)), summary_(std::move(summary)) {}
@@ -74,6 +78,11 @@ class Args {
   }
   Args& toggle(const std::string& name, const std::string& help) {
     flags_.push_back({name, help, false});
+    return *this;
+  }
+  // A flag that may be given several times; occurrences() keeps every value in order.
+  Args& repeatable(const std::string& name, const std::string& help) {
+    flags_.push_back({name, help, true, true});
     return *this;
   }
 
@@ -103,6 +112,7 @@ class Args {
         if (i + 1 >= argc) throw UsageError(arg + " needs a value");
         values_[flag->name] = argv[++i];
       }
+      if (flag->repeatable) occurrences_.emplace_back(flag->name, values_[flag->name]);
     }
     return true;
   }
@@ -111,6 +121,14 @@ class Args {
   std::optional<std::string> get(const std::string& name) const {
     auto it = values_.find(name);
     return it == values_.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  // Every (flag, value) of the repeatable flags `names`, in command-line order.
+  std::vector<std::pair<std::string, std::string>> occurrences(const std::vector<std::string>& names) const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& o : occurrences_) {
+      if (std::find(names.begin(), names.end(), o.first) != names.end()) out.push_back(o);
+    }
+    return out;
   }
   std::string get_or(const std::string& name, const std::string& fallback) const { return get(name).value_or(fallback); }
   int64_t int_or(const std::string& name, int64_t fallback) const {
@@ -140,6 +158,7 @@ class Args {
   std::string program_, summary_;
   std::vector<Flag> flags_;
   std::map<std::string, std::string> values_;
+  std::vector<std::pair<std::string, std::string>> occurrences_;
 };
 
 // Runs body; any exception becomes one line on stderr and exit status 1.
@@ -171,6 +190,50 @@ inline Args& model_flag(Args& args) {
       .value("--threads", "threads per forward pass (default: one per core)");
 }
 inline std::filesystem::path model_dir(const Args& args) { return args.get_or("--model", MINIMIND_DEMO_MODEL_DIR); }
+
+// --lora PATH and --lora-scaled PATH:SCALE, as llama.cpp spells them: LoRA adapters (upstream
+// MiniMind .pth, or a PEFT directory) merged into the weights at load unless a program runs them
+// per sequence. Their order on the command line is kept.
+inline Args& lora_flags(Args& args) {
+  return args.repeatable("--lora", "LoRA adapter applied with scale 1: MiniMind .pth or PEFT directory (repeatable)")
+      .repeatable("--lora-scaled", "LoRA adapter with a scale, PATH:SCALE, e.g. lora_medical_512.pth:0.5 (repeatable)");
+}
+inline std::vector<minimind::LoraUse> lora_adapters(const Args& args) {
+  std::vector<minimind::LoraUse> adapters;
+  for (const auto& [flag, value] : args.occurrences({"--lora", "--lora-scaled"})) {
+    std::string path = value;
+    float scale = 1;
+    if (flag == "--lora-scaled") {
+      const size_t colon = value.rfind(':');
+      if (colon == std::string::npos || colon == 0) throw UsageError("--lora-scaled: \"" + value + "\" is not PATH:SCALE");
+      const double s = parse_double(std::string_view(value).substr(colon + 1), "--lora-scaled scale");
+      if (!std::isfinite(s)) throw UsageError("--lora-scaled: scale \"" + value.substr(colon + 1) + "\" is not a finite number");
+      path = value.substr(0, colon), scale = static_cast<float>(s);
+    }
+    adapters.push_back({std::make_shared<const minimind::LoraAdapter>(minimind::LoraAdapter::load(path)), scale});
+  }
+  return adapters;
+}
+// One line about an adapter: its format, rank, the modules it changes and its parameters.
+inline std::string describe(const minimind::LoraUse& use) {
+  const minimind::LoraAdapter& a = *use.adapter;
+  std::vector<std::string> kinds;  // the distinct matrix names, experts marked
+  for (const auto& m : a.modules()) {
+    const size_t dot = m.name.rfind('.');
+    std::string kind = m.name.substr(dot + 1);
+    if (m.site.ffn == minimind::LoraSite::Ffn::Expert) kind = "experts." + kind;
+    if (m.site.ffn == minimind::LoraSite::Ffn::SharedExpert) kind = "shared_experts." + kind;
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+  }
+  std::string list;
+  for (const auto& k : kinds) list += (list.empty() ? "" : ", ") + k;
+  char scale[32];
+  std::snprintf(scale, sizeof scale, "%g", static_cast<double>(use.scale));
+  return a.path().string() + ": " + minimind::lora_format_name(a.format()) + ", rank " + std::to_string(a.rank()) + ", " +
+         std::to_string(a.modules().size()) + " modules (" + list + "), " + std::to_string(a.num_parameters()) +
+         " parameters, scale " + scale;
+}
+
 inline minimind::LoadOptions load_options(const Args& args) {
   minimind::LoadOptions options;
   options.format = minimind::parse_format(args.get_or("--dtype", "f32"));
@@ -181,6 +244,7 @@ inline minimind::LoadOptions load_options(const Args& args) {
     throw UsageError("--threads must be in [1, " + std::to_string(kMax) + "]");
   }
   options.threads = static_cast<int>(threads);
+  options.adapters = lora_adapters(args);
   return options;
 }
 // The checkpoint named by --model, held as --dtype, run on --threads.

@@ -10,7 +10,7 @@ namespace {
 
 int run(int argc, char** argv) {
   cli::Args args("minimind-generate", "generate text from a prompt with a MiniMind checkpoint");
-  cli::sampling_flags(cli::model_flag(args))
+  cli::sampling_flags(cli::lora_flags(cli::model_flag(args)))
       .value("--prompt", "prompt text")
       .value("--ids", "prompt as comma-separated token ids")
       .toggle("--chat", "wrap the prompt as a user turn in the checkpoint's chat template")

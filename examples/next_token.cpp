@@ -61,7 +61,7 @@ void print_trace(const minimind::Trace& t, bool tied) {
 
 int run(int argc, char** argv) {
   cli::Args args("minimind-next", "print the most likely next tokens after a prompt");
-  cli::model_flag(args)
+  cli::lora_flags(cli::model_flag(args))
       .value("--prompt", "prompt text, encoded with the checkpoint's tokenizer")
       .value("--ids", "prompt as comma-separated token ids, e.g. 1,2,3")
       .value("--top", "how many candidates to print (default 5)")
@@ -69,13 +69,14 @@ int run(int argc, char** argv) {
       .toggle("--json", "print one JSON object instead of a table")
       .toggle("--trace", "show the steps of the prediction: embedding, each block (residual norm, attention entropy, logit lens), final norm, logits")
       .toggle("--attention", "with --trace --json: add the attention maps [layer][head][position][position]")
-      .toggle("--info", "print the model's architecture, dimensions and parameter count");
+      .toggle("--info", "print the model's architecture, dimensions and parameter count, and the LoRA adapters merged into it");
   if (!args.parse(argc, argv)) return 0;
 
   const int64_t top = args.int_or("--top", 5);
   if (top < 1) throw cli::UsageError("--top must be at least 1");
   if (args.has("--ids") && args.has("--prompt")) throw cli::UsageError("give --prompt or --ids, not both");
-  const auto checkpoint = cli::load_pretrained(args);
+  const minimind::LoadOptions options = cli::load_options(args);
+  const auto checkpoint = minimind::load_pretrained<float>(cli::model_dir(args), options);
   const auto& model = checkpoint.model;
   const auto& config = model.config();
 
@@ -96,6 +97,8 @@ int run(int argc, char** argv) {
     std::printf("embeddings          %s\n", model.is_tied() ? "tied (one matrix for embed_tokens and lm_head)" : "untied");
     std::printf("parameters          %zu\n", model.num_parameters());
     std::printf("weight bytes        %zu\n", model.weight_bytes());
+    std::printf("lora adapters       %zu%s\n", options.adapters.size(), options.adapters.empty() ? "" : " (merged at load)");
+    for (const auto& use : options.adapters) std::printf("  %s\n", cli::describe(use).c_str());
     std::printf("kernels: %s\n", minimind::kernels::name());
     if (!args.has("--ids") && !args.has("--prompt")) return 0;
   }

@@ -140,6 +140,8 @@ TEST_CASE("minimind-generate and minimind-chat show the reasoning apart from the
   r = run_command(program("minimind-generate") + flags + " --prompt 小明家养了一只 --chat");
   CHECK(r.out.rfind("thinking: ", 0) == std::string::npos);
   check_error(run_command(program("minimind-generate") + " --prompt hi --hide-thinking"), "minimind-generate", "--hide-thinking need --chat");
+}
+
 TEST_CASE("minimind-generate --json-schema and --json: the reply is a document; a bad schema is a one-line error") {
   const auto dir = scratch_dir("generate_json_schema");
   const std::string schema = (dir / "schema.json").string();
@@ -237,6 +239,40 @@ TEST_CASE("bad flags and values are one-line errors") {
   check_error(run_command(program("minimind-next") + " --prompt hi --threads 0"), "minimind-next", "--threads must be in [1, 256]");
   check_error(run_command(program("minimind-next") + " --prompt hi --threads 257"), "minimind-next", "--threads must be in [1, 256]");
   check_error(run_command(gen + " --prompt hi --threads many"), "minimind-generate", "is not an integer");
+}
+
+TEST_CASE("--lora and --lora-scaled merge adapters at load; --info lists them; minimind-bench runs them unmerged") {
+  const std::string base = (data_dir() / "golden" / "mm2-dense-f32").string();
+  const auto lora = data_dir() / "lora";
+  const std::string upstream = (lora / "adapters" / "mm2-upstream-f32.pth").string(), peft = (lora / "adapters" / "mm2-peft").string();
+  const auto expected = io::read_json_file(lora / "mm2-two-scaled" / "expected.json").at("prompts").at(0);
+  const auto ids = expected.at("ids").get<std::vector<int32_t>>(), greedy = expected.at("greedy_ids").get<std::vector<int32_t>>();
+  const auto r = run_command(program("minimind-generate") + " --model " + base + " --ids " + join(ids) + " --lora-scaled " + upstream +
+                             ":0.5 --lora-scaled=" + peft + ":1.5 --temperature 0 --ignore-eos --print-ids --max-new-tokens " +
+                             std::to_string(greedy.size()));
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == join(greedy) + "\n");
+
+  const auto info = run_command(program("minimind-next") + " --model " + base + " --info --lora " + upstream + " --lora-scaled " + peft + ":-2");
+  REQUIRE(info.exit_code == 0);
+  CHECK(info.out.find("lora adapters       2 (merged at load)") != std::string::npos);
+  CHECK(info.out.find(upstream + ": minimind, rank 4, 4 modules (o_proj, q_proj), 512 parameters, scale 1\n") != std::string::npos);
+  CHECK(info.out.find(peft + ": peft, rank 4, 14 modules (") != std::string::npos);
+  CHECK(info.out.find("scale -2\n") != std::string::npos);
+
+  const auto bench = run_command(program("minimind-bench") + " --model " + base + " -n 2 -r 1 -t 1 -b 4 --json --lora " + upstream +
+                                 " --lora " + peft + " --lora-unmerged --lora-spread");
+  REQUIRE(bench.exit_code == 0);
+  CHECK(nlohmann::json::parse(bench.out.substr(0, bench.out.find('\n'))).at("lora") == "spread over 2");
+
+  const std::string next = program("minimind-next") + " --model " + base + " --ids 1,2";
+  check_error(run_command(next + " --lora-scaled " + upstream), "minimind-next", "is not PATH:SCALE");
+  check_error(run_command(next + " --lora-scaled " + upstream + ":half"), "minimind-next", "is not a number");
+  check_error(run_command(next + " --lora-scaled " + upstream + ":inf"), "minimind-next", "is not a finite number");
+  check_error(run_command(next + " --lora " + (lora / "bad" / "hidden-32.pth").string()), "minimind-next", "hidden_size 32");
+  check_error(run_command(next + " --lora /nonexistent.pth"), "minimind-next", "/nonexistent.pth: no such file");
+  check_error(run_command(program("minimind-bench") + " --model " + base + " --lora " + upstream + " --lora-spread"), "minimind-bench",
+              "--lora-spread needs -b and --lora-unmerged");
 }
 
 TEST_CASE("minimind-next --trace --json: 很 first after 今天天气 with the probability --json prints, one entry per block") {

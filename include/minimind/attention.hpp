@@ -9,6 +9,7 @@
 #include "minimind/detail/kernels/linear.hpp"
 #include "minimind/detail/line_aligned.hpp"
 #include "minimind/kv_cache.hpp"
+#include "minimind/lora.hpp"
 #include "minimind/rms_norm.hpp"
 #include "minimind/rope.hpp"
 #include "minimind/tensor.hpp"
@@ -76,14 +77,18 @@ class Attention {
     }
   }
 
-  // q = x q_proj^T, k = x k_proj^T, v = x v_proj^T for the step's n rows x [n, hidden].
+  // q = x q_proj^T, k = x k_proj^T, v = x v_proj^T for the step's n rows x [n, hidden], plus
+  // the unmerged adapters' B A x of each sequence that runs some.
   template <class In>
-  void project(const In& x, AttentionScratch<T>& s, kernels::Workspace& work) const {
+  void project(const In& x, AttentionScratch<T>& s, kernels::Workspace& work, const LoraAt<T>& lora = {}) const {
     const Index n = x.rows();
     auto q = s.q.topRows(n);
     auto k = s.k.topRows(n);
     auto v = s.v.topRows(n);
     kernels::linear_each(x, work, std::tie(q_proj, q), std::tie(k_proj, k), std::tie(v_proj, v));
+    lora.add(LoraSlot::Q, x, q);
+    lora.add(LoraSlot::K, x, k);
+    lora.add(LoraSlot::V, x, v);
   }
 
   // Per row: q/k norm (minimind-3), RoPE at the row's angles (s.cos, s.sin), then k and v into its

@@ -5,6 +5,8 @@
 // sequences cost far less than N steps), while attention runs per sequence over its own KV cache.
 // Sequences join and leave between steps simply by being added or not; sampling stays with the
 // caller, per sequence. A sequence's logits are those it gets alone, up to float summation order.
+// Each sequence runs with its session's unmerged LoRA adapters (Session::set_adapters), so one
+// step may mix sequences with different adapters, or none.
 //
 //   Batch<float> batch(model);
 //   batch.add(session_a, prompt_a);          // a prompt (or a chunk of one)

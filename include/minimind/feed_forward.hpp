@@ -5,6 +5,7 @@
 // always-on shared experts of MiniMind2-MoE.
 #include "minimind/config.hpp"
 #include "minimind/detail/kernels/linear.hpp"
+#include "minimind/lora.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/weights.hpp"
 
@@ -64,17 +65,21 @@ class FeedForward {
 
   Index width() const { return gate_proj.rows(); }
 
-  // out [n, hidden] = down(silu(gate(x)) * up(x)) for x [n, hidden].
+  // out [n, hidden] = down(silu(gate(x)) * up(x)) for x [n, hidden]; each product plus the
+  // unmerged adapters' B A x of the sequences that run some.
   template <class In, class Out>
-  void forward(const In& x, Out&& out, FeedForwardScratch<T>& s, kernels::Workspace& work) const {
+  void forward(const In& x, Out&& out, FeedForwardScratch<T>& s, kernels::Workspace& work, const LoraAt<T>& lora = {}) const {
     const Index n = x.rows(), f = width();
     auto gate = s.gate.topLeftCorner(n, f);
     auto up = s.up.topLeftCorner(n, f);
     kernels::linear_each(x, work, std::tie(gate_proj, gate), std::tie(up_proj, up));  // x gate^T, x up^T
+    lora.add(LoraSlot::Gate, x, gate);
+    lora.add(LoraSlot::Up, x, up);
     work.parallel_for(n, 1, [&](Index first, Index last) {  // silu(gate) * up
       for (Index r = first; r < last; ++r) work.silu_mul(&gate(r, 0), &up(r, 0), f);
     });
     kernels::linear(gate, down_proj, out, work);
+    lora.add(LoraSlot::Down, gate, out);
   }
 
   size_t num_parameters() const { return static_cast<size_t>(3 * gate_proj.rows() * gate_proj.cols()); }
@@ -107,7 +112,8 @@ class MoEFeedForward {
 
   // out [n, hidden] for x [n, hidden]; the choices stay in s.chosen / s.chosen_weight.
   template <class In, class Out>
-  void forward(const In& x, Out&& out, MoEScratch<T>& s, FeedForwardScratch<T>& expert, kernels::Workspace& work) const {
+  void forward(const In& x, Out&& out, MoEScratch<T>& s, FeedForwardScratch<T>& expert, kernels::Workspace& work,
+               const LoraAt<T>& lora = {}) const {
     const Index n = x.rows(), num_experts = gate.rows();
     auto router = s.router.topRows(n);
     kernels::linear(x, gate, router, work);
@@ -132,12 +138,12 @@ class MoEFeedForward {
       }
       if (count == 0) continue;
       auto expert_out = s.expert_out.topRows(count);
-      experts[e].forward(s.expert_in.topRows(count), expert_out, expert, work);
+      experts[e].forward(s.expert_in.topRows(count), expert_out, expert, work, lora.expert_at(e, s.expert_rows.data()));
       for (Index i = 0; i < count; ++i) out.row(s.expert_rows[i]) += s.expert_weights[i] * expert_out.row(i);
     }
-    for (const auto& shared : shared_experts) {
+    for (size_t e = 0; e < shared_experts.size(); ++e) {
       auto expert_out = s.expert_out.topRows(n);
-      shared.forward(x, expert_out, expert, work);
+      shared_experts[e].forward(x, expert_out, expert, work, lora.shared_expert_at(static_cast<int64_t>(e)));
       out += expert_out;
     }
   }

@@ -2,8 +2,10 @@
 // One sequence's keys and values, per layer, for every position it has run. Written once per
 // position (k after q/k norm and RoPE), read by every later position's attention.
 #include "minimind/config.hpp"
+#include "minimind/lora.hpp"
 #include "minimind/tensor.hpp"
 
+#include <span>
 #include <vector>
 
 namespace minimind {
@@ -56,11 +58,13 @@ struct KVCache {
 };
 
 // Where one sequence's rows sit in a forward step that may hold several sequences: rows
-// [first_row, first_row + rows) of the step's matrices are its positions [start, start + rows).
+// [first_row, first_row + rows) of the step's matrices are its positions [start, start + rows),
+// run with the unmerged adapters it names (its session's).
 template <class T>
 struct SequenceRows {
   KVCache<T>* cache;
   Index first_row, rows, start;
+  std::span<const LoraUse> adapters = {};
   Index length() const { return start + rows; }  // positions its last row attends over
 };
 

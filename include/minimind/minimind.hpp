@@ -10,6 +10,7 @@
 #include "minimind/error.hpp"
 #include "minimind/generate.hpp"
 #include "minimind/json_constraint.hpp"
+#include "minimind/lora.hpp"
 #include "minimind/model.hpp"
 #include "minimind/observer.hpp"
 #include "minimind/pretrained.hpp"

@@ -77,12 +77,14 @@ class MiniMindForCausalLM {
   // Builds the model over an already-parsed tensor table (the weights keep its files alive).
   static MiniMindForCausalLM from_tensors(const Config& config, const io::TensorTable& tensors,
                                           const LoadOptions& options = {}) {
-    return build(config, WeightLoader<T>(tensors, options.format, options.f32_panels, options.quantized_as_stored), options);
+    return build(config,
+                 WeightLoader<T>(tensors, options.format, options.f32_panels, options.quantized_as_stored, options.adapters),
+                 options);
   }
 
   // A model of the given shape with deterministic random weights (benchmarks, shape tests).
   static MiniMindForCausalLM random(const Config& config, uint64_t seed = 0, const LoadOptions& options = {}) {
-    return build(config, WeightLoader<T>::random(seed, options.format, options.f32_panels), options);
+    return build(config, WeightLoader<T>::random(seed, options.format, options.f32_panels, options.adapters), options);
   }
 
   const Config& config() const { return model.config(); }
@@ -127,7 +129,7 @@ class MiniMindForCausalLM {
       throw Error("sequence of " + std::to_string(start + n) + " tokens exceeds the session's context of " +
                   std::to_string(session.context()));
     }
-    return {&session.cache(), first_row, n, start};
+    return {&session.cache(), first_row, n, start, session.adapters()};
   }
   // Makes `scratch` ready for a step of `rows` positions over at most `context` keys on this
   // model's threads (allocates only when the step is larger than any before).
@@ -221,6 +223,7 @@ void MiniMindForCausalLM<T>::forward_rows(std::span<const SequenceRows<T>> seqs,
   AttentionScratch<T>& attn = s.attention;
   kernels::Workspace& work = s.work;
   const bool keep_probs = observer && observer->wants_attention() && seqs.size() == 1;
+  s.lora.begin(seqs);  // the unmerged adapters each sequence runs with, if any
 
   for (size_t q = 0; q < seqs.size(); ++q) {  // h = E[id], and each row's rotary angles
     m.embed_tokens.lookup(ids[q], x.middleRows(seqs[q].first_row, seqs[q].rows));
@@ -231,24 +234,26 @@ void MiniMindForCausalLM<T>::forward_rows(std::span<const SequenceRows<T>> seqs,
   if (observer) observer->embedding(view(x));
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const Block<T>& layer = m.layers[l];
+    const LoraAt<T> lora{&s.lora, static_cast<int64_t>(l)};  // + scale B A x per sequence after each product
     layer.input_layernorm.forward(x, normed);
-    layer.self_attn.project(normed, attn, work);                          // q, k, v
+    layer.self_attn.project(normed, attn, work, lora);                    // q, k, v
     layer.self_attn.rotate_and_cache(seqs, l, m.rotary_emb, attn, work);  // q/k norm, RoPE, cache write
     layer.self_attn.attend(seqs, l, attn, work, keep_probs);              // softmax(q k^T / sqrt(d)) v
     kernels::linear(attn.out.topRows(n), layer.self_attn.o_proj, sublayer, work);
+    lora.add(LoraSlot::O, attn.out.topRows(n), sublayer);
     x += sublayer;
     if (observer) report_attention(*observer, l, keep_probs, attn, view(x));
 
     layer.post_attention_layernorm.forward(x, normed);
     if (const auto* moe = std::get_if<MoEFeedForward<T>>(&layer.mlp)) {
-      moe->forward(normed, sublayer, s.moe, s.mlp, work);
+      moe->forward(normed, sublayer, s.moe, s.mlp, work, lora);
       if (observer) {
         const auto picks = static_cast<size_t>(n * moe->top_k());
         observer->router(static_cast<int64_t>(l), {s.moe.chosen.data(), picks}, {s.moe.chosen_weight.data(), picks},
                          moe->top_k());
       }
     } else {
-      std::get<FeedForward<T>>(layer.mlp).forward(normed, sublayer, s.mlp, work);
+      std::get<FeedForward<T>>(layer.mlp).forward(normed, sublayer, s.mlp, work, lora);
     }
     x += sublayer;
     if (observer) observer->residual_after_ffn(static_cast<int64_t>(l), view(x));
@@ -270,6 +275,7 @@ void MiniMindForCausalLM<T>::forward_rows(std::span<const SequenceRows<T>> seqs,
 template <class T>
 MiniMindForCausalLM<T> MiniMindForCausalLM<T>::build(const Config& config, const WeightLoader<T>& w, const LoadOptions& options) {
   config.validate("config");
+  check_adapters(options.adapters, config);  // before any matrix is merged
   MiniMindForCausalLM m;
   m.format_ = options.format;
   m.set_threads(options.threads);

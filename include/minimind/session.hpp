@@ -10,11 +10,15 @@
 #include "minimind/feed_forward.hpp"
 #include "minimind/detail/kernels/linear.hpp"
 #include "minimind/kv_cache.hpp"
+#include "minimind/lora.hpp"
 #include "minimind/tensor.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace minimind {
 
@@ -29,6 +33,7 @@ struct ForwardScratch {
   AttentionScratch<T> attention;
   FeedForwardScratch<T> mlp;
   MoEScratch<T> moe;
+  LoraStep<T> lora;         // A x of the unmerged adapters
   kernels::Workspace work;  // the thread pool to run on and the kernels' own scratch
 
   void reserve(const Config& c, Index rows, Index context, int threads) {
@@ -52,7 +57,7 @@ class Session {
  public:
   // `context`: how many positions the cache holds (at most max_position_embeddings).
   Session(const Config& config, Index context)
-      : cache_(config, context), shape_(shape_of(config)), max_context_(config.max_position_embeddings) {
+      : cache_(config, context), shape_(shape_of(config)), max_context_(config.max_position_embeddings), config_(config) {
     if (context <= 0 || context > config.max_position_embeddings) {
       throw Error("session context " + std::to_string(context) + " must be in [1, max_position_embeddings " +
                   std::to_string(config.max_position_embeddings) + "]");
@@ -82,6 +87,20 @@ class Session {
     position_ = length;
   }
 
+  // The adapters this sequence runs with, unmerged: the model's matrices stay as loaded and each
+  // forward adds scale * B (A x) for this sequence's rows only, so sequences with other adapters
+  // (or none) share the model and a batched step. Checked against the model's shape here (an
+  // adapter of another base model is refused); the scratch of A x is sized here, not per token.
+  // Changing them mid-sequence keeps the cache the old ones made.
+  void set_adapters(std::vector<LoraUse> adapters) {
+    check_adapters(adapters, config_);
+    Index rank = 0;
+    for (const LoraUse& use : adapters) rank = std::max(rank, use.adapter->rank());
+    scratch_.lora.reserve(1, rank);
+    adapters_ = std::move(adapters);
+  }
+  std::span<const LoraUse> adapters() const { return adapters_; }
+
   KVCache<T>& cache() { return cache_; }
   ForwardScratch<T>& scratch() { return scratch_; }
   void advance(Index n) { position_ += n; }
@@ -107,6 +126,8 @@ class Session {
   Index position_ = 0;
   Shape shape_;
   Index max_context_;
+  Config config_;  // what adapters are checked against
+  std::vector<LoraUse> adapters_;
 };
 
 }  // namespace minimind

@@ -11,12 +11,16 @@
 // faster). A GGUF file's quantized matrices are held as stored, in place (kernels/ggml.hpp), unless
 // LoadOptions::quantized_as_stored is false; then they are widened like the rest. Shapes
 // are checked here against the config, with the tensor's name and the config field in the message.
+// LoRA adapters given to the loader (LoadOptions::adapters) are merged here: a matrix an adapter
+// changes becomes W + scale * B A in float32, in a buffer of its own, before it is converted to
+// the held format, so every format, present or future, holds the merged values.
 #include "minimind/error.hpp"
 #include "minimind/detail/io/safetensors.hpp"
 #include "minimind/detail/kernels/targets.hpp"
 #include "minimind/detail/kernels/weight.hpp"
 #include "minimind/tensor.hpp"
 #include "minimind/detail/weight_arena.hpp"
+#include "minimind/lora.hpp"
 
 #include <Eigen/Core>
 
@@ -28,6 +32,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace minimind {
@@ -43,6 +48,8 @@ struct LoadOptions {
   // A GGUF file's quantized matrices (Q4_0, Q4_K, ...) held as stored, read in place in the file
   // (format ggml, kernels/ggml.hpp); false widens them and holds them as `format` like the rest.
   bool quantized_as_stored = true;
+  // LoRA adapters merged into the weights at load, each delta scale * B A added once.
+  std::vector<LoraUse> adapters = {};
 };
 
 // Turns checkpoint tensors into Weights of compute type T in the chosen format, checking each
@@ -53,12 +60,15 @@ template <class T>
 class WeightLoader {
  public:
   explicit WeightLoader(const io::TensorTable& table, WeightFormat format = WeightFormat::F32, bool f32_panels = true,
-                        bool quantized_as_stored = true)
-      : table_(&table), format_(held(format, f32_panels)), quantized_as_stored_(quantized_as_stored) {}
-  static WeightLoader random(uint64_t seed, WeightFormat format = WeightFormat::F32, bool f32_panels = true) {
+                        bool quantized_as_stored = true, std::vector<LoraUse> adapters = {})
+      : table_(&table), format_(held(format, f32_panels)), quantized_as_stored_(quantized_as_stored),
+        adapters_(std::move(adapters)) {}
+  static WeightLoader random(uint64_t seed, WeightFormat format = WeightFormat::F32, bool f32_panels = true,
+                             std::vector<LoraUse> adapters = {}) {
     WeightLoader w;
     w.seed_ = seed;
     w.format_ = held(format, f32_panels);
+    w.adapters_ = std::move(adapters);
     return w;
   }
   // How the matrices of a model asked for in `format` are held (LoadOptions::f32_panels).
@@ -76,19 +86,20 @@ class WeightLoader {
   Weight<T> matrix(const std::string& name, int64_t rows, int64_t cols, const std::string& dims,
                    bool packed = true) const {
     const WeightFormat format = packed ? format_ : WeightFormat::F32;
-    if (!table_) return random_weight(name, rows, cols, T(1) / std::sqrt(static_cast<T>(cols)), T(0), format);
+    const Deltas deltas = deltas_of(name);
+    if (!table_) return random_weight(name, rows, cols, T(1) / std::sqrt(static_cast<T>(cols)), T(0), format, deltas);
     const io::TensorRef& t = table_->require(name);
     if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols) {
       throw Error(t.file + ": tensor \"" + name + "\" has shape " + t.shape_string() + " but the config implies [" +
                   std::to_string(rows) + ", " + std::to_string(cols) + "] (" + dims + ")");
     }
     if constexpr (std::is_same_v<T, float>) {
-      if (t.dtype == io::Dtype::GGML && packed && quantized_as_stored_) {
+      if (t.dtype == io::Dtype::GGML && packed && quantized_as_stored_ && deltas.empty()) {
         const kernels::ggml::View v{t.bytes.data(), t.ggml_type, rows, cols, static_cast<Index>(t.bytes.size()) / rows};
         return Weight<T>::template packed<kernels::ggml::Format>(t.owner, v, true);
       }
     }
-    return load(t, rows, cols, format);
+    return load(t, rows, cols, format, deltas);
   }
   Weight<T> vector(const std::string& name, int64_t size, const std::string& dims) const {
     if (!table_) return random_weight(name, 1, size, T(0.1), T(1), WeightFormat::F32);
@@ -97,15 +108,34 @@ class WeightLoader {
       throw Error(t.file + ": tensor \"" + name + "\" has shape " + t.shape_string() + " but the config implies [" +
                   std::to_string(size) + "] (" + dims + ")");
     }
-    return load(t, 1, size, WeightFormat::F32);
+    return load(t, 1, size, WeightFormat::F32, {});
   }
 
  private:
   WeightLoader() = default;
 
+  // The pairs (and their scales) of the adapters that change one matrix.
+  using Deltas = std::vector<std::pair<const LoraModule*, float>>;
+  Deltas deltas_of(const std::string& name) const {
+    Deltas deltas;
+    for (const LoraUse& use : adapters_) {
+      if (const LoraModule* m = use.adapter->find(name)) deltas.emplace_back(m, use.scale);
+    }
+    return deltas;
+  }
+  // W [rows, cols] += scale * B A of each pair (shapes checked against the config beforehand).
+  static void merge(T* data, Index rows, Index cols, const Deltas& deltas) {
+    MatrixMap<T> w(data, rows, cols);
+    for (const auto& [m, scale] : deltas) {
+      if constexpr (std::is_same_v<T, float>) w.noalias() += scale * (m->B * m->A);
+      else w.noalias() += T(scale) * (m->B.template cast<T>() * m->A.template cast<T>());
+    }
+  }
+
   // Uniform in [center - spread, center + spread], from a splitmix64 stream keyed by the name, so
   // each tensor is the same whatever order the model loads them in.
-  Weight<T> random_weight(const std::string& name, int64_t rows, int64_t cols, T spread, T center, WeightFormat format) const {
+  Weight<T> random_weight(const std::string& name, int64_t rows, int64_t cols, T spread, T center, WeightFormat format,
+                          const Deltas& deltas = {}) const {
     uint64_t state = seed_ ^ std::hash<std::string>{}(name);
     auto next = [&state] {
       uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -118,12 +148,14 @@ class WeightLoader {
         const T unit = static_cast<T>(next() >> 11) * static_cast<T>(1.0 / 9007199254740992.0);  // [0, 1)
         data[i] = center + spread * (T(2) * unit - T(1));
       }
+      merge(data, rows, cols, deltas);
     });
   }
 
   // In place only in the model's own format: a view keeps the whole loaded file alive, so a norm
-  // viewed in an f32 file whose matrices became q8 would keep all of those f32 matrices too.
-  Weight<T> load(const io::TensorRef& t, Index rows, Index cols, WeightFormat format) const {
+  // viewed in an f32 file whose matrices became q8 would keep all of those f32 matrices too. A
+  // matrix with adapters to merge is never viewed: it gets a copy of its own.
+  Weight<T> load(const io::TensorRef& t, Index rows, Index cols, WeightFormat format, const Deltas& deltas) const {
     if (t.dtype == io::Dtype::GGML) {  // widened block by block (the reader checked their scales)
       return make_weight(rows, cols, format, [&](T* data) {
         kernels::ggml::with_type(t.ggml_type, [&]<class Q>() {
@@ -136,27 +168,29 @@ class WeightLoader {
             std::copy(values.begin(), values.end(), data);
           }
         });
+        merge(data, rows, cols, deltas);
       });
     }
     check_finite(t);
     if constexpr (std::is_same_v<T, float>) {  // a double model widens every value below
       const auto address = reinterpret_cast<uintptr_t>(t.bytes.data());
-      const bool f32_model = format_ == WeightFormat::F32;
-      if (f32_model && format == WeightFormat::F32 && t.dtype == io::Dtype::F32 && address % alignof(T) == 0) {
+      const bool f32_model = format_ == WeightFormat::F32, unchanged = deltas.empty();
+      if (unchanged && f32_model && format == WeightFormat::F32 && t.dtype == io::Dtype::F32 && address % alignof(T) == 0) {
         return Weight<T>::view(t.owner, reinterpret_cast<T*>(t.bytes.data()), rows, cols);
       }
-      if (format == WeightFormat::BF16 && t.dtype == io::Dtype::BF16 && address % 2 == 0) {
+      if (unchanged && format == WeightFormat::BF16 && t.dtype == io::Dtype::BF16 && address % 2 == 0) {
         return Weight<T>::template packed<kernels::bf16::Format>(
             t.owner, {reinterpret_cast<const uint16_t*>(t.bytes.data()), rows, cols}, true);
       }
       // Converted straight from the file's f32 values (no temporary f32 copy; nothing of the file kept).
-      if (t.dtype == io::Dtype::F32 && address % alignof(T) == 0 && format != WeightFormat::F32) {
+      if (unchanged && t.dtype == io::Dtype::F32 && address % alignof(T) == 0 && format != WeightFormat::F32) {
         return Weight<T>::view(nullptr, reinterpret_cast<T*>(t.bytes.data()), rows, cols).to_format(format, *arena_);
       }
     }
     const std::byte* src = t.bytes.data();
     return make_weight(rows, cols, format, [&](T* data) {
-      for (Index i = 0; i < rows * cols; ++i) data[i] = static_cast<T>(widen(t.dtype, src + i * io::dtype_size(t.dtype)));
+      for (Index i = 0; i < rows * cols; ++i) data[i] = static_cast<T>(io::widen(t.dtype, src + i * io::dtype_size(t.dtype)));
+      merge(data, rows, cols, deltas);
     });
   }
 
@@ -187,7 +221,7 @@ class WeightLoader {
                        : t.dtype == io::Dtype::F16 ? first_non_finite<uint16_t>(p, n, 0x7C00u)
                                                    : first_non_finite<uint16_t>(p, n, 0x7F80u);
     if (bad == n) return;
-    const bool nan = std::isnan(widen(t.dtype, p + bad * io::dtype_size(t.dtype)));
+    const bool nan = std::isnan(io::widen(t.dtype, p + bad * io::dtype_size(t.dtype)));
     std::string at = "element " + std::to_string(bad);
     if (t.shape.size() == 2 && t.shape[1] > 0) {
       const auto cols = static_cast<size_t>(t.shape[1]);
@@ -206,34 +240,12 @@ class WeightLoader {
     return n;
   }
 
-  // Exact widening of one stored element to float.
-  static float widen(io::Dtype dtype, const std::byte* p) {
-    switch (dtype) {
-      case io::Dtype::F32: {
-        float f;
-        std::memcpy(&f, p, 4);
-        return f;
-      }
-      case io::Dtype::F16: {
-        uint16_t bits;
-        std::memcpy(&bits, p, 2);
-        return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits));
-      }
-      case io::Dtype::BF16: {
-        uint16_t bits;
-        std::memcpy(&bits, p, 2);
-        return static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(bits));
-      }
-      case io::Dtype::GGML: break;  // blocks, not elements: widened whole in load()
-    }
-    return 0.0f;
-  }
-
   const io::TensorTable* table_ = nullptr;
   WeightFormat format_ = WeightFormat::F32;
   bool quantized_as_stored_ = true;
   std::shared_ptr<WeightArena> arena_ = std::make_shared<WeightArena>();  // shared by copies of the loader
   uint64_t seed_ = 0;
+  std::vector<LoraUse> adapters_;  // merged into the matrices they change
 };
 
 }  // namespace minimind

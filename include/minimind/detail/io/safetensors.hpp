@@ -6,6 +6,8 @@
 #include "minimind/detail/io/json.hpp"
 #include "minimind/detail/io/loaded_file.hpp"
 
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -31,6 +33,29 @@ inline const char* dtype_name(Dtype dtype) {
     case Dtype::GGML: return "GGML";
   }
   return "?";
+}
+
+// Exact widening of one stored element to float.
+inline float widen(Dtype dtype, const std::byte* p) {
+  switch (dtype) {
+    case Dtype::F32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case Dtype::F16: {
+      uint16_t bits;
+      std::memcpy(&bits, p, 2);
+      return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits));
+    }
+    case Dtype::BF16: {
+      uint16_t bits;
+      std::memcpy(&bits, p, 2);
+      return static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(bits));
+    }
+    case Dtype::GGML: break;  // blocks, not elements: WeightLoader::load widens them whole
+  }
+  return 0.0f;
 }
 
 // One tensor of a checkpoint: where its bytes are and what they mean. The bytes live in a mapped

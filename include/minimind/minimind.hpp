@@ -8,6 +8,7 @@
 #include "minimind/embedding.hpp"
 #include "minimind/error.hpp"
 #include "minimind/generate.hpp"
+#include "minimind/gguf_export.hpp"
 #include "minimind/gguf_writer.hpp"
 #include "minimind/model.hpp"
 #include "minimind/observer.hpp"

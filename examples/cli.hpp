@@ -85,6 +85,12 @@ class Args {
     flags_.push_back({name, help, true, true});
     return *this;
   }
+  // An operand without a leading "--" (e.g. a file); the program says how many it needs.
+  Args& operand(const std::string& name, const std::string& help) {
+    operands_.push_back({name, help, true});
+    return *this;
+  }
+  const std::vector<std::string>& operands() const { return operand_values_; }
 
   // Returns false when --help was printed.
   bool parse(int argc, char** argv) {
@@ -98,6 +104,10 @@ class Args {
       if (auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
         inline_value = arg.substr(eq + 1);
         arg = arg.substr(0, eq);
+      }
+      if (!operands_.empty() && (arg.empty() || arg[0] != '-' || arg == "-")) {
+        operand_values_.push_back(arg);
+        continue;
       }
       const Flag* flag = find(arg);
       if (flag == nullptr) throw UsageError("unknown flag " + arg + " (see --help)");
@@ -141,7 +151,10 @@ class Args {
   }
 
   void print_help() const {
-    std::printf("%s: %s\n\nUsage: %s [flags]\n\n", program_.c_str(), summary_.c_str(), program_.c_str());
+    std::string names;
+    for (const auto& o : operands_) names += " " + o.name;
+    std::printf("%s: %s\n\nUsage: %s%s [flags]\n\n", program_.c_str(), summary_.c_str(), program_.c_str(), names.c_str());
+    for (const auto& o : operands_) std::printf("  %-26s %s\n", o.name.c_str(), o.help.c_str());
     for (const auto& f : flags_) {
       std::string left = f.name + (f.takes_value ? " VALUE" : "");
       std::printf("  %-26s %s\n", left.c_str(), f.help.c_str());
@@ -156,7 +169,8 @@ class Args {
     return nullptr;
   }
   std::string program_, summary_;
-  std::vector<Flag> flags_;
+  std::vector<Flag> flags_, operands_;
+  std::vector<std::string> operand_values_;
   std::map<std::string, std::string> values_;
   std::vector<std::pair<std::string, std::string>> occurrences_;
 };

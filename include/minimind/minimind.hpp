@@ -9,6 +9,8 @@
 #include "minimind/embedding.hpp"
 #include "minimind/error.hpp"
 #include "minimind/generate.hpp"
+#include "minimind/gguf_export.hpp"
+#include "minimind/gguf_writer.hpp"
 #include "minimind/json_constraint.hpp"
 #include "minimind/lora.hpp"
 #include "minimind/model.hpp"

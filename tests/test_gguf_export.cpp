@@ -1,0 +1,334 @@
+// gguf_export.hpp and minimind-convert: the metadata, tensor names, types and bytes are those
+// llama.cpp's own converter writes for the same Llama / Qwen3 checkpoint (tests/data/convert,
+// made by tools/make_gguf_reference.py); a converted checkpoint of either generation, read back by
+// our reader, computes exactly the logits of its source with each matrix rounded or quantized the
+// way the file stores it; what llama.cpp cannot run is refused with the reason.
+#include <doctest/doctest.h>
+#include <minimind/detail/io/gguf.hpp>
+#include <minimind/detail/kernels/ggml_kquants.hpp>
+#include <minimind/detail/io/gguf_model.hpp>
+#include <minimind/gguf_export.hpp>
+#include <minimind/minimind.hpp>
+
+#include "checkpoint_writer.hpp"
+#include "format_files.hpp"
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace minimind;
+using namespace minimind::testing;
+
+namespace {
+
+uint32_t fnv1a32(std::string_view s) {
+  uint32_t h = 0x811C9DC5u;
+  for (unsigned char c : s) h = (h ^ c) * 0x01000193u;
+  return h;
+}
+uint64_t fnv1a64(std::span<const std::byte> bytes) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (std::byte b : bytes) h = (h ^ std::to_integer<uint8_t>(b)) * 0x100000001B3ull;
+  return h;
+}
+std::string hex(uint64_t v) {
+  char buffer[17];
+  std::snprintf(buffer, sizeof buffer, "%016llx", static_cast<unsigned long long>(v));
+  return buffer;
+}
+
+// The reference's weights (tools/make_gguf_reference.py's `weights`).
+std::string reference_weights(const std::string& name, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  const uint64_t seed = fnv1a32(name);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint64_t bits = (i * 2654435761ull + seed) & 0xFFFFFFFFull;
+    v[i] = static_cast<float>(static_cast<double>(bits) / 2147483648.0 - 1.0);
+  }
+  return f32_bytes(v);
+}
+
+// The reference's HF checkpoint, written again: its config, weights and the shared tokenizer.
+std::filesystem::path reference_checkpoint(const io::Json& reference, const std::filesystem::path& tokenizer_dir) {
+  const io::Json& c = reference.at("config");
+  const int64_t h = c["hidden_size"], heads = c["num_attention_heads"], kv = c["num_key_value_heads"];
+  const int64_t hd = c.contains("head_dim") ? c["head_dim"].get<int64_t>() : h / heads;
+  const int64_t ff = c["intermediate_size"], vocab = c["vocab_size"];
+  const bool qk_norm = c.contains("head_dim");
+  std::vector<TensorBytes> tensors;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    tensors.emplace_back(name, shape, "F32", reference_weights(name, n));
+  };
+  add("model.embed_tokens.weight", {vocab, h});
+  for (int64_t l = 0; l < c["num_hidden_layers"].get<int64_t>(); ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {h});
+    add(p + "self_attn.q_proj.weight", {heads * hd, h});
+    add(p + "self_attn.k_proj.weight", {kv * hd, h});
+    add(p + "self_attn.v_proj.weight", {kv * hd, h});
+    add(p + "self_attn.o_proj.weight", {h, heads * hd});
+    if (qk_norm) add(p + "self_attn.q_norm.weight", {hd}), add(p + "self_attn.k_norm.weight", {hd});
+    add(p + "post_attention_layernorm.weight", {h});
+    add(p + "mlp.gate_proj.weight", {ff, h});
+    add(p + "mlp.up_proj.weight", {ff, h});
+    add(p + "mlp.down_proj.weight", {h, ff});
+  }
+  add("model.norm.weight", {h});
+  const auto dir = write_checkpoint("gguf_export_" + c["model_type"].get<std::string>(), c, safetensors_image(tensors));
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) write_file(dir / f, read_file(tokenizer_dir / f));
+  return dir;
+}
+
+// One metadata value as the reference records it.
+io::Json describe(const io::gguf::File& f, const std::string& key) {
+  const io::gguf::Value& v = *f.find(key);
+  static const char* const names[] = {"UINT8", "INT8",   "UINT16", "INT16", "UINT32", "INT32",  "FLOAT32",
+                                      "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64", "FLOAT64"};
+  io::Json out = {{"type", names[static_cast<uint32_t>(v.type)]}};
+  if (v.type == io::gguf::ValueType::ARRAY) {
+    out["element_type"] = names[static_cast<uint32_t>(v.element_type)];
+    out["count"] = v.count;
+    std::string encoded;  // FNV-1a 64 of the elements, as the reference hashes them
+    io::Json all = io::Json::array();
+    if (v.element_type == io::gguf::ValueType::STRING) {
+      for (auto s : v.strings) encoded.append(s).push_back('\0'), all.push_back(std::string(s));
+    } else {
+      const std::vector<int64_t> ints = *f.get_ints(key);
+      for (int64_t i : ints) {
+        const auto i32 = static_cast<int32_t>(i);
+        encoded.append(reinterpret_cast<const char*>(&i32), 4);
+        all.push_back(i);
+      }
+    }
+    out["fnv1a64"] = hex(fnv1a64(std::as_bytes(std::span(encoded))));
+    io::Json first = io::Json::array(), last = io::Json::array();
+    const size_t n = all.size(), k = std::min<size_t>(3, n);
+    for (size_t i = 0; i < k; ++i) first.push_back(all[i]), last.push_back(all[n - k + i]);
+    out["first"] = first;
+    out["last"] = last;
+  } else if (v.type == io::gguf::ValueType::STRING) {
+    out["value"] = *f.get_string(key);
+  } else if (v.type == io::gguf::ValueType::BOOL) {
+    out["value"] = *f.get_bool(key);
+  } else if (v.type == io::gguf::ValueType::FLOAT32) {
+    out["value"] = *f.get_float(key);
+  } else {
+    out["value"] = *f.get_int(key);
+  }
+  return out;
+}
+
+// The source's tensors as a `type` file stores them, widened back to F32: what our reader of that
+// file must compute with, exactly.
+io::TensorTable as_stored(const io::TensorTable& source, GgufType type, bool tied) {
+  io::TensorTable out;
+  for (const auto& [name, t] : source.tensors()) {
+    io::TensorRef copy = t;
+    GgufType stored = type;
+    const bool four_bit = type == GgufType::Q4_0;
+    if (t.shape.size() != 2 || name.ends_with("mlp.gate.weight")) stored = GgufType::F32;
+    else if (four_bit && (name == "lm_head.weight" || (tied && name == "model.embed_tokens.weight"))) stored = GgufType::Q8_0;
+    // Rows that are not whole blocks (tiny-mm3's 48) fall back to F16.
+    if (t.shape.size() == 2 && t.shape[1] % io::gguf::type_traits(static_cast<uint32_t>(stored)).block != 0) stored = GgufType::F16;
+    if (stored != GgufType::F32) {
+      const std::vector<float> src = gguf_export_detail::to_floats(t);
+      const size_t n = src.size();
+      std::vector<std::byte> encoded(io::gguf::quantized_size(static_cast<uint32_t>(stored), n, name));
+      io::gguf::quantize(static_cast<uint32_t>(stored), src, encoded.data(), name);
+      auto values = std::make_shared<std::vector<float>>(n);
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t bits;
+        if (stored == GgufType::F16 || stored == GgufType::BF16) std::memcpy(&bits, &encoded[2 * i], 2);
+        if (stored == GgufType::F16) (*values)[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits));
+        if (stored == GgufType::BF16) (*values)[i] = kernels::bf16::to_float(bits);
+      }
+      if (stored == GgufType::Q8_0) kernels::ggml::dequantize_blocks<kernels::ggml::Q8_0>(encoded.data(), n / 32, values->data());
+      if (stored == GgufType::Q4_0) kernels::ggml::dequantize_blocks<kernels::ggml::Q4_0>(encoded.data(), n / 32, values->data());
+      copy.dtype = io::Dtype::F32;
+      copy.bytes = {reinterpret_cast<std::byte*>(values->data()), n * 4};
+      copy.owner = values;
+    }
+    out.add(std::move(copy), "as-stored");
+  }
+  return out;
+}
+
+// The names of the tensors whose values differ between two tables, and those only one holds.
+std::vector<std::string> differing_tensors(const io::TensorTable& a, const io::TensorTable& b) {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : a.tensors()) {
+    const io::TensorRef* other = b.find(name);
+    if (!other || other->shape != t.shape || gguf_export_detail::to_floats(t) != gguf_export_detail::to_floats(*other)) out.push_back(name);
+  }
+  for (const auto& [name, t] : b.tensors())
+    if (!a.find(name)) out.push_back(name);
+  return out;
+}
+
+MiniMindForCausalLM<float> model_of(const std::string& image_bytes, std::string& keep, const io::TensorTable& expected) {
+  keep = image_bytes;
+  const auto file = io::gguf::File::parse(as_bytes(keep), "converted.gguf", nullptr);
+  const io::TensorTable table = io::gguf::tensor_table(file);
+  for (const auto& name : differing_tensors(table, expected)) FAIL_CHECK("tensor " << name << " is not what the file should hold");
+  return MiniMindForCausalLM<float>::from_tensors(Config::from_json(io::gguf::config_json(file), &table, "converted.gguf"), table,
+                                                  one_thread());
+}
+
+const std::vector<std::vector<int32_t>> kPrompts = {{1, 5, 9, 200, 30, 17, 2}, {0, 255, 42}};  // (vocabularies of 256 up)
+
+}  // namespace
+
+TEST_CASE("metadata, tensor names, types and bytes are what llama.cpp's converter writes (Llama and Qwen3)") {
+  for (const std::string arch : {"llama", "qwen3"}) {
+    CAPTURE(arch);
+    const io::Json reference = io::read_json_file(data_dir() / "convert" / (arch + "-reference.json"));
+    const auto tokenizer_dir = shared_dir(reference.at("tokenizer").get<std::string>());
+    if (!tokenizer_dir) return;
+    const Checkpoint checkpoint = load_checkpoint(reference_checkpoint(reference, *tokenizer_dir));
+    const auto [tok, tok_config] = checkpoint_tokenizer_files(checkpoint);
+    for (const auto& [name, type] : {std::pair{"f16", GgufType::F16}, {"bf16", GgufType::BF16}, {"q8_0", GgufType::Q8_0}}) {
+      CAPTURE(name);
+      GgufExportOptions options;
+      options.type = type;
+      std::string image = export_gguf(checkpoint, tok, tok_config, options).image();
+      const auto f = io::gguf::File::parse(as_bytes(image), "converted.gguf", nullptr);
+      // Every key of theirs, with its type and value; general.name is each file's own, and
+      // general.size_label ("508K"), a label for people, is not written.
+      std::set<std::string> theirs;
+      for (const auto& [key, expected] : reference.at("metadata").items()) {
+        theirs.insert(key);
+        CAPTURE(key);
+        if (key == "general.name" || key == "general.size_label") continue;
+        if (key == "general.file_type") {
+          CHECK(f.get_int(key) == reference.at(std::string("file_type_") + name).get<int64_t>());
+          continue;
+        }
+        REQUIRE(f.find(key) != nullptr);
+        const io::Json ours = describe(f, key);
+        CHECK(ours.at("type") == expected.at("type"));
+        if (expected.contains("value") && expected["value"].is_number_float()) {
+          CHECK(ours.at("value").get<double>() == doctest::Approx(expected["value"].get<double>()).epsilon(1e-7));
+        } else {
+          CHECK(ours == expected);
+        }
+      }
+      for (const auto& [key, value] : f.metadata()) {
+        CAPTURE(key);
+        CHECK(theirs.count(key) == 1);  // nothing of ours that llama.cpp's converter does not write
+      }
+      const io::Json& tensors = reference.at(std::string("tensors_") + name);
+      CHECK(f.tensors().size() == tensors.size());
+      for (const auto& t : f.tensors()) {
+        CAPTURE(t.name);
+        REQUIRE(tensors.contains(t.name));
+        const io::Json& expected = tensors[t.name];
+        CHECK(t.type_name() == expected.at("type").get<std::string>());
+        CHECK(t.dims == expected.at("dims").get<std::vector<uint64_t>>());
+        CHECK(hex(fnv1a64(f.tensor_data(t))) == expected.at("fnv1a64").get<std::string>());
+      }
+    }
+  }
+}
+
+TEST_CASE("a converted checkpoint computes, read back, exactly what its source does with the file's values") {
+  struct Source {
+    std::filesystem::path path;
+    const char* what;
+  };
+  std::vector<Source> sources = {{source_dir() / "tests/data/formats/ref/quant-mm2", "MiniMind2 (llama)"},
+                                 {source_dir() / "tests/data/formats/ref/quant-mm3-moe", "minimind-3 MoE (qwen3moe)"}};
+  for (const char* golden : {"golden/tiny-mm3", "golden/tiny-untied", "golden/tiny-mm2-bf16"}) {
+    if (auto dir = shared_dir(golden)) sources.push_back({*dir, golden});
+  }
+  for (const auto& source : sources) {
+    const std::string what = source.what;
+    CAPTURE(what);
+    const Checkpoint checkpoint = load_checkpoint(source.path);
+    const auto reference = MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors, one_thread());
+    for (const GgufType type : {GgufType::F32, GgufType::F16, GgufType::BF16, GgufType::Q8_0, GgufType::Q4_0}) {
+      CAPTURE(static_cast<int>(type));
+      GgufExportOptions options;
+      options.type = type;
+      std::string keep;
+      const io::TensorTable stored = as_stored(checkpoint.tensors, type, checkpoint.config.tie_word_embeddings);
+      const auto converted = model_of(export_gguf(checkpoint, std::nullopt, std::nullopt, options).image(), keep, stored);
+      const auto expected = MiniMindForCausalLM<float>::from_tensors(checkpoint.config, stored, one_thread());
+      const Comparison exact = compare_logits(expected, converted, kPrompts);
+      CHECK(exact.max_abs == 0.0);
+      const Comparison error = compare_logits(reference, converted, kPrompts);
+      MESSAGE(what << " as ggml type " << static_cast<int>(type) << ": max |logit - source's| " << error.max_abs);
+      if (type != GgufType::Q4_0) CHECK(error.top1_last);  // (4 bits move these tiny random models' logits by units)
+      if (type == GgufType::F32) CHECK(error.max_abs == 0.0);
+    }
+  }
+}
+
+TEST_CASE("what llama.cpp cannot run is refused with the reason") {
+  // MiniMind2's MoE has a shared expert, which llama.cpp's llama architecture cannot hold.
+  const Checkpoint mm2_moe = load_checkpoint(formats_dir() / "gguf" / "mm2-moe-f32.gguf");
+  CHECK_THROWS_WITH_AS(export_gguf(mm2_moe, std::nullopt, std::nullopt), doctest::Contains("no always-on shared expert"), Error);
+  CheckpointOptions no_renormalising;
+  no_renormalising.config_overrides = {{"norm_topk_prob", false}};
+  const Checkpoint mm3_moe = load_checkpoint(source_dir() / "tests/data/formats/ref/quant-mm3-moe", no_renormalising);
+  CHECK_THROWS_WITH_AS(export_gguf(mm3_moe, std::nullopt, std::nullopt), doctest::Contains("qwen3moe always renormalises"), Error);
+  CheckpointOptions dense_layer;
+  dense_layer.config_overrides = {{"mlp_only_layers", {0}}};
+  CHECK_THROWS_WITH_AS(export_gguf(load_checkpoint(source_dir() / "tests/data/formats/ref/quant-mm3-moe", dense_layer), std::nullopt,
+                                   std::nullopt),
+                       doctest::Contains("dense layer (0"), Error);
+  // A tensor with no place in the file.
+  const auto dir = write_tiny_checkpoint("gguf_export_extra");
+  auto tensors = tiny_tensors();
+  tensors.emplace_back("model.layers.0.self_attn.q_proj.bias", std::vector<int64_t>{8});
+  write_file(dir / "model.safetensors", safetensors_image(tensors));
+  CHECK_THROWS_WITH_AS(export_gguf(load_checkpoint(dir), std::nullopt, std::nullopt),
+                       doctest::Contains("tensor \"model.layers.0.self_attn.q_proj.bias\" has no place in a llama GGUF"), Error);
+}
+
+TEST_CASE("minimind-convert writes what export_gguf makes, and refuses to overwrite without --force") {
+  const auto tokenizer_dir = shared_dir("golden/tiny-mm2");
+  if (!tokenizer_dir) return;
+  const auto out = scratch_dir("convert_program") / "tiny.gguf";
+  std::filesystem::remove(out);
+  const std::string convert = program("minimind-convert");
+  const std::string in = tokenizer_dir->string();
+  auto r = run_command(convert + " '" + in + "' '" + out.string() + "' --type q8_0 --name tiny");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("minimind-convert: [1/") != std::string::npos);  // progress on stderr
+  const Checkpoint checkpoint = load_checkpoint(in);
+  const auto [tok, tok_config] = checkpoint_tokenizer_files(checkpoint);
+  GgufExportOptions options;
+  options.type = GgufType::Q8_0;
+  options.name = "tiny";
+  CHECK(read_file(out) == export_gguf(checkpoint, tok, tok_config, options).image());
+  // The file's tokenizer encodes like the checkpoint's own.
+  const auto p = load_pretrained<float>(out, one_thread());
+  CHECK(p.require_tokenizer().encode("你好，世界 hello") == Tokenizer::from_pretrained(in).encode("你好，世界 hello"));
+
+  r = run_command(convert + " '" + in + "' '" + out.string() + "'");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == "minimind-convert: error: " + out.string() + ": exists (use --force to replace it)\n");
+  CHECK(run_command(convert + " '" + in + "' '" + out.string() + "' --force --type f32").exit_code == 0);
+  CHECK(io::gguf::File::open(out).get_int("general.file_type") == 0);
+  for (const auto& [flags, message] :
+       {std::pair<std::string, std::string>{"--type q4_k_m", "--type q4_k_m is not available yet"},
+        {"--type q3", "--type: unknown type \"q3\" (f32, f16, bf16, q8_0 or q4_0)"},
+        {"--lora adapter.safetensors", "--lora is not available yet"}}) {
+    r = run_command(convert + " '" + in + "' '" + out.string() + "' --force " + flags);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err == "minimind-convert: error: " + message + (flags == "--type q4_k_m" ? " (it needs the Q4_K and Q6_K quantizers)\n"
+                                                                : flags == "--type q3" ? "\n"
+                                                                                       : ": this build cannot merge LoRA adapters\n"));
+  }
+  r = run_command(convert + " '" + in + "'");
+  CHECK(r.err == "minimind-convert: error: give IN and OUT (see --help)\n");
+  r = run_command(convert + " /nonexistent '" + out.string() + "' --force");
+  CHECK(r.err.ends_with("\nminimind-convert: error: /nonexistent: no such file or directory\n"));
+  r = run_command(convert + " --help");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("Usage: minimind-convert IN OUT [flags]") != std::string::npos);
+}

@@ -624,7 +624,7 @@ TEST_CASE("a quantized block whose scale is infinite or NaN is refused by tensor
     std::memcpy(data.data() + bad * c.block_bytes + c.scale_at, &c.scale, 2);
     auto g = tiny_llama();
     g.erase_tensor("blk.0.ffn_up.weight").add_tensor_bytes("blk.0.ffn_up.weight", {16, c.block}, c.type, std::move(data));
-    const std::string image = g.image();
+    std::string image = g.image();
     const auto file = io::gguf::File::parse(as_bytes(image), "test.gguf", nullptr);
     const auto* info = file.find_tensor("blk.0.ffn_up.weight");
     const std::string message = "test.gguf: tensor \"blk.0.ffn_up.weight\": " + std::string(info->type_name()) + " block " +

@@ -174,8 +174,10 @@ MiniMindForCausalLM<float> model_of(const std::string& image_bytes, std::string&
   const auto file = io::gguf::File::parse(as_bytes(keep), "converted.gguf", nullptr);
   const io::TensorTable table = io::gguf::tensor_table(file);
   for (const auto& name : differing_tensors(table, expected)) FAIL_CHECK("tensor " << name << " is not what the file should hold");
+  LoadOptions widened = one_thread();
+  widened.quantized_as_stored = false;  // the file's values exactly; held as stored, decode rounds activations
   return MiniMindForCausalLM<float>::from_tensors(Config::from_json(io::gguf::config_json(file), &table, "converted.gguf"), table,
-                                                  one_thread());
+                                                  widened);
 }
 
 const std::vector<std::vector<int32_t>> kPrompts = {{1, 5, 9, 200, 30, 17, 2}, {0, 255, 42}};  // (vocabularies of 256 up)

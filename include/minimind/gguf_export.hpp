@@ -21,6 +21,7 @@
 #include "minimind/gguf_writer.hpp"
 #include "minimind/tokenizer.hpp"
 #include "minimind/detail/io/json.hpp"
+#include "minimind/detail/kernels/ggml_kquants.hpp"
 
 #include <Eigen/Core>
 
@@ -108,15 +109,12 @@ inline std::vector<float> to_floats(const io::TensorRef& t) {
   const size_t n = static_cast<size_t>(t.numel());
   std::vector<float> out(n);
   const std::byte* p = t.bytes.data();
+  if (t.dtype == io::Dtype::GGML) {  // a quantized GGUF as the source: its blocks widened as gguf-py does
+    kernels::ggml::with_type(t.ggml_type, [&]<class Q>() { kernels::ggml::dequantize_blocks<Q>(p, n / Q::kValues, out.data()); });
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = io::widen(t.dtype, p + i * io::dtype_size(t.dtype));
+  }
   for (size_t i = 0; i < n; ++i) {
-    if (t.dtype == io::Dtype::F32) {
-      std::memcpy(&out[i], p + 4 * i, 4);
-    } else {
-      uint16_t bits;
-      std::memcpy(&bits, p + 2 * i, 2);
-      out[i] = t.dtype == io::Dtype::F16 ? static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits))
-                                         : static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(bits));
-    }
     if (!std::isfinite(out[i])) {
       throw Error(t.file + ": tensor \"" + t.name + "\" holds " + (std::isnan(out[i]) ? "NaN" : "an infinity") + " at element " +
                   std::to_string(i) + "; a GGUF of it would compute garbage");

@@ -95,7 +95,8 @@ class WeightLoader {
     }
     if constexpr (std::is_same_v<T, float>) {
       if (t.dtype == io::Dtype::GGML && packed && quantized_as_stored_ && deltas.empty()) {
-        const kernels::ggml::View v{t.bytes.data(), t.ggml_type, rows, cols, static_cast<Index>(t.bytes.size()) / rows};
+        const kernels::ggml::View v{t.bytes.data(), t.ggml_type, static_cast<Index>(rows), static_cast<Index>(cols),
+                                    static_cast<Index>(t.bytes.size() / static_cast<size_t>(rows))};
         return Weight<T>::template packed<kernels::ggml::Format>(t.owner, v, true);
       }
     }

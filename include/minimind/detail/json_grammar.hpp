@@ -344,7 +344,8 @@ class Grammar {
                                            "deprecated", "readOnly", "writeOnly"};
     static const char* const kSupported[] = {"type", "properties", "required", "additionalProperties", "enum",
                                              "const", "items", "minItems", "maxItems", "anyOf"};
-    for (const auto& [key, value] : schema.items()) {
+    for (const auto& item : schema.items()) {
+      const std::string& key = item.key();  // not a structured binding: clang 14 cannot capture one
       const bool known = std::find_if(std::begin(kIgnored), std::end(kIgnored), [&](const char* k) { return key == k; }) !=
                              std::end(kIgnored) ||
                          std::find_if(std::begin(kSupported), std::end(kSupported), [&](const char* k) { return key == k; }) !=

@@ -98,7 +98,9 @@ inline void check_fields(const Json& body, Endpoint endpoint) {
       {"presence_penalty", 0, {}},    {"frequency_penalty", 0, {}},           {"logit_bias", Json::object(), {}},
       {"logprobs", false, {}},        {"top_logprobs", 0, Endpoint::chat},    {"store", false, Endpoint::chat},
       {"modalities", Json::array({"text"}), Endpoint::chat}, {"echo", false, Endpoint::completion}, {"best_of", 1, Endpoint::completion}};
-  for (const auto& [key, value] : body.items()) {
+  for (const auto& item : body.items()) {
+    const std::string& key = item.key();  // not a structured binding: clang 14 cannot capture one
+    const Json& value = item.value();
     if (value.is_null() || both.contains(key) || (endpoint == Endpoint::chat ? chat : completion).contains(key)) continue;
     const auto it = std::find_if(neutral.begin(), neutral.end(), [&](const Neutral& n) { return key == n.name && n.only.value_or(endpoint) == endpoint; });
     if (it != neutral.end()) {

@@ -192,8 +192,9 @@ TEST_CASE("metadata, tensor names, types and bytes are what llama.cpp's converte
     if (!tokenizer_dir) return;
     const Checkpoint checkpoint = load_checkpoint(reference_checkpoint(reference, *tokenizer_dir));
     const auto [tok, tok_config] = checkpoint_tokenizer_files(checkpoint);
-    for (const auto& [name, type] : {std::pair{"f16", GgufType::F16}, {"bf16", GgufType::BF16}, {"q8_0", GgufType::Q8_0}}) {
-      CAPTURE(name);
+    for (const auto& named_type : {std::pair{"f16", GgufType::F16}, {"bf16", GgufType::BF16}, {"q8_0", GgufType::Q8_0}}) {
+      const auto& [name, type] = named_type;
+      CAPTURE(named_type.first);  // (clang 14 cannot capture a structured binding)
       GgufExportOptions options;
       options.type = type;
       std::string image = export_gguf(checkpoint, tok, tok_config, options).image();
@@ -201,7 +202,9 @@ TEST_CASE("metadata, tensor names, types and bytes are what llama.cpp's converte
       // Every key of theirs, with its type and value; general.name is each file's own, and
       // general.size_label ("508K"), a label for people, is not written.
       std::set<std::string> theirs;
-      for (const auto& [key, expected] : reference.at("metadata").items()) {
+      for (const auto& item : reference.at("metadata").items()) {
+        const std::string& key = item.key();
+        const io::Json& expected = item.value();
         theirs.insert(key);
         CAPTURE(key);
         if (key == "general.name" || key == "general.size_label") continue;
@@ -218,7 +221,8 @@ TEST_CASE("metadata, tensor names, types and bytes are what llama.cpp's converte
           CHECK(ours == expected);
         }
       }
-      for (const auto& [key, value] : f.metadata()) {
+      for (const auto& entry : f.metadata()) {
+        const auto& key = entry.first;
         CAPTURE(key);
         CHECK(theirs.count(key) == 1);  // nothing of ours that llama.cpp's converter does not write
       }

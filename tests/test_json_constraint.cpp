@@ -129,8 +129,9 @@ TEST_CASE("schemas outside the subset are refused, naming the keyword and where 
       {R"({"anyOf":[{"type":"string"}],"type":"string"})", "type beside anyOf is not supported at /type"},
       {R"([1])", "a schema must be an object or a boolean at / (the root)"},
   };
-  for (const auto& [schema, message] : refused) {
-    CAPTURE(schema);
+  for (const auto& case_ : refused) {
+    const auto& [schema, message] = case_;
+    CAPTURE(case_.first);  // (clang 14 cannot capture a structured binding)
     try {
       Grammar::from_schema(Json::parse(schema));
       FAIL("not refused");
@@ -271,8 +272,9 @@ std::vector<std::pair<std::string, std::filesystem::path>> tokenizers() {
 
 TEST_CASE("random logits over the real tokenizers always give a document of the schema") {
   DocumentLog log("random_logits");
-  for (const auto& [name, path] : tokenizers()) {
-    CAPTURE(name);
+  for (const auto& named : tokenizers()) {
+    const auto& [name, path] = named;
+    CAPTURE(named.first);  // (clang 14 cannot capture a structured binding)
     const Tokenizer tokenizer = Tokenizer::from_file(path);
     Rng rng(7);
     std::vector<Json> schemas;

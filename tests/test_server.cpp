@@ -584,8 +584,9 @@ TEST_CASE("minimind-server: every request field is honoured or refused with a 40
       {{{"messages", Json::array({{{"role", "assistant"}, {"content", "x"}, {"tool_calls", Json::array({{{"type", "function"}}})}}})}}, "messages[0].tool_calls[0].function"},
       {{{"messages", call_history}}, "messages[2].tool_call_id"},
   };
-  for (const auto& [fields, param] : refused) {
-    CAPTURE(fields.dump());
+  for (const auto& refused_case : refused) {
+    const auto& [fields, param] = refused_case;
+    CAPTURE(refused_case.first.dump());  // (clang 14 cannot capture a structured binding)
     check_error_body(post_json(server, chat, with(fields), 400), "invalid_request_error", param);
   }
   const Json wrong_model = post_json(server, chat, with({{"model", "gpt-4"}}), 404);

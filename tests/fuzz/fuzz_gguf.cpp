@@ -3,7 +3,8 @@
 // llama permutation), the config from metadata, the model and a short forward pass, and the
 // tokenizer from metadata with an encode/decode round trip.
 // Properties: every tensor's data lies inside the image at an aligned offset; every table
-// tensor's bytes lie inside the image or in a buffer of its own, sized numel * dtype size.
+// tensor's bytes lie inside the image or in a buffer of its own, sized numel * dtype size (ggml
+// blocks: blocks * block size).
 #include "fuzz_support.hpp"
 
 #include <minimind/detail/io/gguf.hpp>
@@ -29,12 +30,20 @@ void check_file(const io::gguf::File& file, const std::vector<std::byte>& image)
   }
 }
 
+// A table tensor's size: elements times the element's size, or for ggml blocks held as stored,
+// blocks times the block's size.
+uint64_t expected_bytes(const io::TensorRef& t) {
+  const auto numel = static_cast<uint64_t>(t.numel());
+  if (t.dtype != io::Dtype::GGML) return numel * io::dtype_size(t.dtype);
+  const auto traits = io::gguf::type_traits(t.ggml_type);
+  return traits.block ? numel / traits.block * traits.bytes : 0;
+}
+
 void check_table(const io::TensorTable& table, const std::vector<std::byte>& image) {
   for (const auto& [name, t] : table.tensors()) {
     const bool inside = t.bytes.data() >= image.data() && t.bytes.data() + t.bytes.size() <= image.data() + image.size();
     fuzz::require(inside || t.owner != nullptr, "tensor \"" + name + "\" lies outside the file and owns nothing");
-    fuzz::require(static_cast<uint64_t>(t.numel()) * io::dtype_size(t.dtype) == t.bytes.size(),
-                  "tensor \"" + name + "\": bytes disagree with shape and dtype");
+    fuzz::require(expected_bytes(t) == t.bytes.size(), "tensor \"" + name + "\": bytes disagree with shape and dtype");
   }
 }
 

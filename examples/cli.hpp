@@ -191,7 +191,7 @@ inline int run(const char* program, const std::function<int()>& body) {
 }  // namespace cli
 
 // ---- Loading a checkpoint the same way in every program ----
-#include <minimind/minimind.hpp>
+#include <minimind/instances.hpp>  // the model is compiled once for all programs (model_instances.cpp)
 
 #include <filesystem>
 

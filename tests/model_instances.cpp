@@ -1,6 +1,6 @@
-// The one translation unit that compiles the model for the tests (see model_instances.hpp).
+// The one translation unit that compiles the model for the tests (see minimind/instances.hpp).
 #include "model_instances.hpp"
 
 namespace minimind {
-MINIMIND_TEST_INSTANCES()
+MINIMIND_INSTANCES()
 }  // namespace minimind

@@ -7,7 +7,7 @@
 
 #include <minimind/config.hpp>
 #include <minimind/detail/io/safetensors.hpp>
-#include <minimind/model.hpp>
+#include <minimind/instances.hpp>  // the model, compiled once in minimind_fuzz_model
 #include <minimind/rope.hpp>
 
 #include <cmath>

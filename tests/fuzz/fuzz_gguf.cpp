@@ -9,7 +9,7 @@
 
 #include <minimind/detail/io/gguf.hpp>
 #include <minimind/detail/io/gguf_model.hpp>
-#include <minimind/model.hpp>
+#include <minimind/instances.hpp>  // the model, compiled once in minimind_fuzz_model
 
 #include <cstddef>
 #include <cstdint>

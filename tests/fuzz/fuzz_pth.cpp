@@ -9,7 +9,7 @@
 #include <minimind/checkpoint.hpp>
 #include <minimind/detail/io/pickle.hpp>
 #include <minimind/detail/io/pth.hpp>
-#include <minimind/model.hpp>
+#include <minimind/instances.hpp>  // the model, compiled once in minimind_fuzz_model
 
 #include <cstddef>
 #include <cstdint>

@@ -9,7 +9,7 @@
 
 #include <minimind/generate.hpp>
 #include <minimind/detail/io/safetensors.hpp>
-#include <minimind/model.hpp>
+#include <minimind/instances.hpp>  // the model, compiled once in minimind_fuzz_model
 
 #include <algorithm>
 #include <cstddef>

@@ -104,6 +104,14 @@ TEST_CASE("a GGUF file: config, tensors and tokenizer from the one file") {
   CHECK(c.config.vocab_size == 707);
   CHECK(c.config.eos_token_ids == std::vector<int64_t>{2});
   CHECK(c.tokenizer_json);
+  CHECK(c.tokenizer_config_json);
+  // A model alone does not read the tokenizer (from_pretrained asks for none).
+  CheckpointOptions model_only;
+  model_only.tokenizer = false;
+  const Checkpoint m = load_checkpoint(gguf("demo-q4_0.gguf"), model_only);
+  CHECK_FALSE(m.tokenizer_json);
+  CHECK_FALSE(m.tokenizer_config_json);
+  CHECK(m.config.vocab_size == 707);
   CHECK(max_diff_to(golden("mm3-dense"), MiniMindForCausalLM<float>::from_pretrained(gguf("mm3-dense-f32.gguf"), one_thread())) == 0.0);
 }
 

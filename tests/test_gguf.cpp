@@ -280,36 +280,79 @@ TEST_CASE("files made by llama-quantize's Q4_0 and Q4_K_M presets: gguf-py's wei
   CHECK(types_seen == std::set<std::string>{"F32", "Q4_0", "Q4_K", "Q5_0", "Q6_K", "Q8_0"});
 }
 
-TEST_CASE("llama's q/k row permutation is undone exactly") {
+TEST_CASE("llama's q/k row permutation is undone exactly, in place in the loaded file") {
   const auto gguf = open_committed("mm2-dense-f32.gguf");
+  const auto* raw_q = gguf.find_tensor("blk.1.attn_q.weight");
+  REQUIRE(raw_q != nullptr);
+  const std::vector<std::byte> as_read(gguf.tensor_data(*raw_q).begin(), gguf.tensor_data(*raw_q).end());
   const io::TensorTable table = io::gguf::tensor_table(gguf);
-  // The rows are written into new buffers, each on a cache line (a heap buffer lies 16 bytes off
-  // one as often as not, and every load of the decode kernels then straddles two).
   const Config config = Config::from_json(io::gguf::config_json(gguf), &table, gguf.source());
+  const io::TensorTable hf = io::read_safetensors_checkpoint(data_dir() / "golden" / "mm2-dense-f32");
   for (int layer = 0; layer < config.num_hidden_layers; ++layer) {
     for (const std::string proj : {"q_proj", "k_proj"}) {
-      const auto& t = table.require("model.layers." + std::to_string(layer) + ".self_attn." + proj + ".weight");
-      CHECK(reinterpret_cast<uintptr_t>(t.bytes.data()) % kCacheLine == 0);
+      const std::string name = "model.layers." + std::to_string(layer) + ".self_attn." + proj + ".weight";
+      CAPTURE(name);
+      const auto* raw = gguf.find_tensor("blk." + std::to_string(layer) + (proj == "q_proj" ? ".attn_q.weight" : ".attn_k.weight"));
+      REQUIRE(raw != nullptr);
+      // A view of the file's bytes (no buffer of its own), now in HF's row order.
+      const auto& ours = table.require(name);
+      CHECK(ours.bytes.data() == gguf.tensor_data(*raw).data());
+      CHECK(ours.owner == gguf.owner());
+      const auto& want = hf.require(name);
+      REQUIRE(ours.bytes.size() == want.bytes.size());
+      CHECK(std::memcmp(ours.bytes.data(), want.bytes.data(), want.bytes.size()) == 0);
     }
   }
-  const io::TensorTable hf = io::read_safetensors_checkpoint(data_dir() / "golden" / "mm2-dense-f32");
-  for (const std::string proj : {"q_proj", "k_proj"}) {
-    const std::string name = "model.layers.1.self_attn." + proj + ".weight";
-    CAPTURE(name);
-    const auto& ours = table.require(name);
-    const auto& want = hf.require(name);
-    REQUIRE(ours.bytes.size() == want.bytes.size());
-    CHECK(std::memcmp(ours.bytes.data(), want.bytes.data(), want.bytes.size()) == 0);
-    // The file itself holds other row orders: the permutation was there to undo.
-    const auto* raw = gguf.find_tensor(proj == "q_proj" ? "blk.1.attn_q.weight" : "blk.1.attn_k.weight");
-    REQUIRE(raw != nullptr);
-    CHECK(std::memcmp(gguf.tensor_data(*raw).data(), want.bytes.data(), want.bytes.size()) != 0);
+  // The file held another row order: there was a permutation to undo.
+  const auto& want_q = hf.require("model.layers.1.self_attn.q_proj.weight");
+  CHECK(std::memcmp(as_read.data(), want_q.bytes.data(), want_q.bytes.size()) != 0);
+  // Undone once: the table read again, through a copy of the File too, is the same.
+  const io::gguf::File copy = gguf;
+  for (const io::gguf::File* f : {&gguf, &copy}) {
+    const io::TensorTable again = io::gguf::tensor_table(*f);
+    CHECK(std::memcmp(again.require("model.layers.1.self_attn.q_proj.weight").bytes.data(), want_q.bytes.data(),
+                      want_q.bytes.size()) == 0);
   }
-  // qwen3 has no permutation: its q rows are the file's bytes, in place.
+  // The logits are those of the same weights stored in HF's order, bit for bit.
+  const std::vector<int32_t> ids{1, 7, 42, 3, 99, 250};
+  const auto from_gguf = MiniMindForCausalLM<float>::from_tensors(config, table, one_thread());
+  const auto from_hf = MiniMindForCausalLM<float>::from_tensors(config, hf, one_thread());
+  CHECK(max_abs_diff(from_gguf.forward(ids), from_hf.forward(ids)) == 0);
+
+  // A file of llama-quantize's (Q4_0 blocks): its q and k are held as stored, in the file.
+  const auto quantized = io::gguf::File::open(formats_dir() / "llamacpp" / "mm2-256-q4_0.gguf");
+  const auto model = gguf_model(quantized);
+  const auto& attention = model.model.layers[0].self_attn;
+  for (const auto& held : {std::pair{&attention.q_proj, "blk.0.attn_q.weight"}, {&attention.k_proj, "blk.0.attn_k.weight"}}) {
+    const std::string name = held.second;
+    CAPTURE(name);
+    REQUIRE(held.first->format() == WeightFormat::Ggml);
+    CHECK(held.first->format_view<kernels::ggml::Format>().data == quantized.tensor_data(*quantized.find_tensor(name)).data());
+  }
+  // qwen3 has no permutation: its q rows are the file's bytes, as read.
   const auto qwen = open_committed("mm3-dense-f32.gguf");
+  const auto* qwen_q = qwen.find_tensor("blk.0.attn_q.weight");
+  const std::vector<std::byte> qwen_read(qwen.tensor_data(*qwen_q).begin(), qwen.tensor_data(*qwen_q).end());
   const io::TensorTable qt = io::gguf::tensor_table(qwen);
   const auto& q = qt.require("model.layers.0.self_attn.q_proj.weight");
-  CHECK(q.bytes.data() == qwen.tensor_data(*qwen.find_tensor("blk.0.attn_q.weight")).data());
+  CHECK(q.bytes.data() == qwen.tensor_data(*qwen_q).data());
+  CHECK(std::memcmp(q.bytes.data(), qwen_read.data(), qwen_read.size()) == 0);
+}
+
+TEST_CASE("beside quantized matrices held as stored, a GGUF's f32 norms are viewed in the file too, whatever the format") {
+  const auto file = io::gguf::File::open(formats_dir() / "llamacpp" / "mm3-256-q4_k_m.gguf");
+  for (const WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+    CAPTURE(format_name(format));
+    LoadOptions options = one_thread();
+    options.format = format;
+    const auto model = gguf_model(file, options);
+    CHECK(model.model.norm.weight().is_view());
+    CHECK(model.model.layers[1].input_layernorm.weight().is_view());
+    CHECK(model.model.layers[1].self_attn.q_norm->weight().is_view());
+    // Widened, the matrices leave the file behind, so the norms do not keep it alive.
+    options.quantized_as_stored = false;
+    if (format != WeightFormat::F32) CHECK_FALSE(gguf_model(file, options).model.norm.weight().is_view());
+  }
 }
 
 TEST_CASE("F32, F16 and BF16 tensors are viewed in the mapped file; the model uses them in place") {

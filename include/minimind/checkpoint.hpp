@@ -34,6 +34,10 @@ struct CheckpointOptions {
   // e.g. {"num_attention_heads": 8} for a MiniMind2 .pth without config.json (its shapes do
   // not tell the head count), or {"num_experts_per_tok": 2, "rope_theta": 1e4}.
   io::Json config_overrides = io::Json::object();
+  // Whether to read a GGUF's tokenizer metadata into tokenizer_json. A model alone has no use for
+  // it (MiniMindForCausalLM::from_pretrained turns it off): as JSON it is a few MiB of heap that
+  // stays in the process after it is freed.
+  bool tokenizer = true;
 };
 
 struct Checkpoint {
@@ -196,7 +200,7 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& path, const Check
       const io::gguf::File file = io::gguf::File::open(path);
       c.tensors = io::gguf::tensor_table(file);
       c.config_json = io::gguf::config_json(file);
-      c.tokenizer_json = io::gguf::tokenizer_json(file);
+      if (options.tokenizer) c.tokenizer_json = io::gguf::tokenizer_json(file);
       if (c.tokenizer_json) c.tokenizer_config_json = io::gguf::tokenizer_config_json(file);
       config_source = path.string() + " (metadata)";
     } else if (magic == std::string("PK\x03\x04", 4) || magic.rfind("\x80\x02", 0) == 0) {

@@ -199,7 +199,9 @@ class MiniMindForCausalLM {
 template <class T>
 MiniMindForCausalLM<T> MiniMindForCausalLM<T>::from_pretrained(const std::filesystem::path& path, const LoadOptions& options,
                                                                const CheckpointOptions& checkpoint_options) {
-  const Checkpoint checkpoint = load_checkpoint(path, checkpoint_options);
+  CheckpointOptions model_only = checkpoint_options;
+  model_only.tokenizer = false;
+  const Checkpoint checkpoint = load_checkpoint(path, model_only);
   return from_tensors(checkpoint.config, checkpoint.tensors, options);
 }
 

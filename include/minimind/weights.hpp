@@ -62,6 +62,8 @@ class WeightLoader {
   explicit WeightLoader(const io::TensorTable& table, WeightFormat format = WeightFormat::F32, bool f32_panels = true,
                         bool quantized_as_stored = true, std::vector<LoraUse> adapters = {})
       : table_(&table), format_(held(format, f32_panels)), quantized_as_stored_(quantized_as_stored),
+        keeps_file_(quantized_as_stored && std::is_same_v<T, float> &&
+                    std::ranges::any_of(table.tensors(), [](const auto& t) { return t.second.dtype == io::Dtype::GGML; })),
         adapters_(std::move(adapters)) {}
   static WeightLoader random(uint64_t seed, WeightFormat format = WeightFormat::F32, bool f32_panels = true,
                              std::vector<LoraUse> adapters = {}) {
@@ -153,7 +155,8 @@ class WeightLoader {
     });
   }
 
-  // In place only in the model's own format: a view keeps the whole loaded file alive, so a norm
+  // In place only in the model's own format, or where the model keeps the file anyway (its
+  // quantized matrices held as stored): a view keeps the whole loaded file alive, so a norm
   // viewed in an f32 file whose matrices became q8 would keep all of those f32 matrices too. A
   // matrix with adapters to merge is never viewed: it gets a copy of its own.
   Weight<T> load(const io::TensorRef& t, Index rows, Index cols, WeightFormat format, const Deltas& deltas) const {
@@ -176,7 +179,7 @@ class WeightLoader {
     if constexpr (std::is_same_v<T, float>) {  // a double model widens every value below
       const auto address = reinterpret_cast<uintptr_t>(t.bytes.data());
       const bool f32_model = format_ == WeightFormat::F32, unchanged = deltas.empty();
-      if (unchanged && f32_model && format == WeightFormat::F32 && t.dtype == io::Dtype::F32 && address % alignof(T) == 0) {
+      if (unchanged && (f32_model || keeps_file_) && format == WeightFormat::F32 && t.dtype == io::Dtype::F32 && address % alignof(T) == 0) {
         return Weight<T>::view(t.owner, reinterpret_cast<T*>(t.bytes.data()), rows, cols);
       }
       if (unchanged && format == WeightFormat::BF16 && t.dtype == io::Dtype::BF16 && address % 2 == 0) {
@@ -244,6 +247,7 @@ class WeightLoader {
   const io::TensorTable* table_ = nullptr;
   WeightFormat format_ = WeightFormat::F32;
   bool quantized_as_stored_ = true;
+  bool keeps_file_ = false;  // a GGUF's quantized matrices are held in it, as stored
   std::shared_ptr<WeightArena> arena_ = std::make_shared<WeightArena>();  // shared by copies of the loader
   uint64_t seed_ = 0;
   std::vector<LoraUse> adapters_;  // merged into the matrices they change

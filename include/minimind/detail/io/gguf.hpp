@@ -15,10 +15,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace minimind::io::gguf {
@@ -139,6 +141,7 @@ struct TensorInfo {
 class File {
  public:
   // Parses a GGUF image in memory; `owner` keeps `data` alive (may be null when the caller does).
+  // The image is the reader's to change: tensor_table (gguf_model.hpp) reorders rows in place.
   static File parse(std::span<std::byte> data, const std::string& source, std::shared_ptr<const void> owner) {
     File f;
     f.data_ = data;
@@ -210,6 +213,13 @@ class File {
   }
   std::span<std::byte> tensor_data(const TensorInfo& t) const {
     return data_.subspan(static_cast<size_t>(data_offset_ + t.offset), static_cast<size_t>(t.nbytes));
+  }
+  // Runs `change` on the image at most once, however many copies of this File ask: the copies
+  // share the bytes, so a change a reader makes in place (llama's q/k row order, gguf_model.hpp)
+  // must not be made twice.
+  template <class Change>
+  void change_once(Change&& change) const {
+    std::call_once(*changed_, std::forward<Change>(change));
   }
 
   const Value* find(std::string_view key) const {
@@ -388,6 +398,7 @@ class File {
   std::vector<std::pair<std::string, Value>> metadata_;
   std::map<std::string, size_t> index_;
   std::vector<TensorInfo> tensors_;
+  std::shared_ptr<std::once_flag> changed_ = std::make_shared<std::once_flag>();
 };
 
 // What an unsupported tensor type's error lists.

@@ -7,12 +7,12 @@
 // Architectures: `llama` (MiniMind2 exported as LlamaForCausalLM) and `qwen3` / `qwen3moe`
 // (minimind-3). llama.cpp's converter permutes the q and k rows of `llama` so that RoPE pairs
 // are adjacent (interleaved); that is undone exactly here, giving back the HF rows (rotate-half
-// pairs). Tensor types: F32, F16 and BF16 are viewed in place; the quantized ones (Q4_0 ... IQ4_XS,
+// pairs), in place in the loaded image (our private copy of the file), so q and k are views
+// into it like every other tensor and a LoRA adapter's rows, in HF order, meet theirs. Tensor types: F32, F16 and BF16 are viewed in place; the quantized ones (Q4_0 ... IQ4_XS,
 // kernels/ggml_kquants.hpp's list) too, as Dtype::GGML with their ggml type, their scales checked
 // here (the loader holds them as stored or widens them, weights.hpp).
 #include "minimind/error.hpp"
 #include "minimind/detail/io/gguf.hpp"
-#include "minimind/detail/line_aligned.hpp"
 #include "minimind/detail/io/json.hpp"
 #include "minimind/detail/io/safetensors.hpp"
 #include "minimind/detail/tokenizer/unicode.hpp"
@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -85,6 +86,25 @@ inline size_t unpermuted_source_row(size_t row, size_t rows_per_head) {
   return head * rows_per_head + 2 * (within % half) + within / half;
 }
 
+// A tensor whose rows are in llama's order: `rows` rows, `per_head` to a head.
+struct PermutedRows {
+  std::span<std::byte> bytes;
+  size_t rows, per_head;
+};
+
+// Puts the rows back in HF order where they lie, one head at a time through a copy of its rows.
+inline void unpermute_in_place(const PermutedRows& t) {
+  const size_t row_bytes = t.bytes.size() / t.rows, head_bytes = t.per_head * row_bytes;
+  std::vector<std::byte> head(head_bytes);
+  for (size_t first = 0; first < t.rows; first += t.per_head) {
+    std::byte* rows = t.bytes.data() + first * row_bytes;
+    std::memcpy(head.data(), rows, head_bytes);
+    for (size_t r = 0; r < t.per_head; ++r) {
+      std::memcpy(rows + r * row_bytes, head.data() + unpermuted_source_row(r, t.per_head) * row_bytes, row_bytes);
+    }
+  }
+}
+
 inline std::string key(const std::string& arch, const char* suffix) { return arch + "." + suffix; }
 
 }  // namespace detail
@@ -111,6 +131,7 @@ inline TensorTable tensor_table(const File& f) {
   const int64_t heads = llama ? required_int(f, detail::key(arch, "attention.head_count")) : 0;
   const int64_t kv_heads = llama ? f.get_int(detail::key(arch, "attention.head_count_kv")).value_or(heads) : 0;
   TensorTable table;
+  std::vector<detail::PermutedRows> permuted;
   for (const TensorInfo& info : f.tensors()) {
     const std::string where = f.source() + ": tensor \"" + info.name + "\"";
     auto target = detail::map_name(info.name, llama);
@@ -123,7 +144,6 @@ inline TensorTable tensor_table(const File& f) {
     std::vector<int64_t> shape(info.dims.rbegin(), info.dims.rend());  // ours: outermost first
     Dtype dtype = Dtype::F32;
     std::span<std::byte> bytes = f.tensor_data(info);
-    std::shared_ptr<const void> owner = f.owner();
     switch (info.type) {
       case static_cast<uint32_t>(GgmlType::F32): dtype = Dtype::F32; break;
       case static_cast<uint32_t>(GgmlType::F16): dtype = Dtype::F16; break;
@@ -143,19 +163,13 @@ inline TensorTable tensor_table(const File& f) {
         throw Error(where + ": " + std::to_string(rows) + " rows cannot be split into " + std::to_string(n_head) +
                     " heads of an even size, so llama's q/k permutation cannot be undone");
       }
-      const size_t row_bytes = bytes.size() / rows, per_head = rows / static_cast<size_t>(n_head);
-      auto out = std::make_shared<LineVector<std::byte>>(bytes.size());
-      for (size_t r = 0; r < rows; ++r) {
-        std::memcpy(out->data() + r * row_bytes, bytes.data() + detail::unpermuted_source_row(r, per_head) * row_bytes, row_bytes);
-      }
-      bytes = std::span<std::byte>(*out);
-      owner = out;
+      permuted.push_back({bytes, rows, rows / static_cast<size_t>(n_head)});
     }
     TensorRef t;
     t.dtype = dtype;
     t.ggml_type = dtype == Dtype::GGML ? info.type : 0;
     t.file = f.source();
-    t.owner = owner;
+    t.owner = f.owner();
     if (!target->experts || shape.size() == 2) {
       t.name = target->name;
       if (target->experts) t.name.replace(t.name.find("{e}"), 3, "0");  // one shared expert, stored 2-D
@@ -176,6 +190,10 @@ inline TensorTable tensor_table(const File& f) {
       table.add(std::move(expert), f.source());
     }
   }
+  // Only once every tensor has been checked: a file refused above is left as it was read.
+  f.change_once([&] {
+    for (const detail::PermutedRows& t : permuted) detail::unpermute_in_place(t);
+  });
   return table;
 }
 

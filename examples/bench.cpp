@@ -303,9 +303,8 @@ int run(int argc, char** argv) {
   minimind::Config shape_config;
   if (auto s = args.get("--shape")) {
     shape = *s;
-    if (shape == "minimind2-small") shape_config = minimind::Config::minimind2_small();
-    else if (shape == "minimind-3") shape_config = minimind::Config::minimind3();
-    else throw cli::UsageError("--shape: unknown shape \"" + shape + "\" (minimind2-small or minimind-3)");
+    shape_config = cli::choose<minimind::Config>("--shape", shape, {{"minimind2-small", minimind::Config::minimind2_small()},
+                                                                    {"minimind-3", minimind::Config::minimind3()}});
   } else {
     shape = std::filesystem::path(*args.get("--model")).lexically_normal().filename().string();
     if (shape.empty()) shape = *args.get("--model");

@@ -41,6 +41,17 @@ inline double parse_double(std::string_view text, const std::string& what) {
   return value;
 }
 
+// The value a flag's text names in `choices`, or a UsageError listing them.
+template <class T>
+T choose(const std::string& flag, const std::string& text, const std::vector<std::pair<std::string, T>>& choices) {
+  std::string names;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (choices[i].first == text) return choices[i].second;
+    names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i].first;
+  }
+  throw UsageError(flag + ": unknown value \"" + text + "\" (" + names + ")");
+}
+
 // "1,2,3" -> {1, 2, 3}.
 inline std::vector<int32_t> parse_ids(std::string_view text, const std::string& what) {
   std::vector<int32_t> ids;

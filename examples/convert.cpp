@@ -1,5 +1,6 @@
 // minimind-convert: any MiniMind checkpoint (HF directory, .safetensors, upstream's .pth, GGUF)
-// to a GGUF file that llama.cpp, ollama and LM Studio run, with its tokenizer and chat template.
+// to a GGUF file that llama.cpp, ollama and LM Studio run, with its tokenizer and chat template,
+// LoRA adapters merged in.
 // The rules (architectures, tensor types, metadata) are minimind/gguf_export.hpp's.
 #include <minimind/gguf_export.hpp>
 #include <minimind/minimind.hpp>
@@ -9,44 +10,41 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
-
-namespace {
-
-minimind::GgufType parse_type(const std::string& t) {
-  using minimind::GgufType;
-  if (t == "f32") return GgufType::F32;
-  if (t == "f16") return GgufType::F16;
-  if (t == "bf16") return GgufType::BF16;
-  if (t == "q8_0") return GgufType::Q8_0;
-  if (t == "q4_0") return GgufType::Q4_0;
-  if (t == "q4_k_m") throw cli::UsageError("--type q4_k_m is not available yet (it needs the Q4_K and Q6_K quantizers)");
-  throw cli::UsageError("--type: unknown type \"" + t + "\" (f32, f16, bf16, q8_0 or q4_0)");
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   return cli::run("minimind-convert", [&] {
     cli::Args args("minimind-convert", "writes a MiniMind checkpoint as a GGUF file for llama.cpp, ollama and LM Studio");
     args.operand("IN", "checkpoint directory, or .safetensors/.pth/.gguf file")
         .operand("OUT", "the GGUF file to write")
-        .value("--type", "type of the weight matrices: f32, f16, bf16, q8_0 or q4_0 (default f16; norms stay f32)")
+        .value("--type", "type of the weight matrices: f32, f16, bf16, q8_0, q4_0 or q4_k_m (llama-quantize's mix; default f16; norms stay f32)")
         .value("--name", "general.name in the file (default: IN's directory or file name)")
-        .value("--lora", "not available yet: LoRA adapters are merged once the adapter support lands")
         .toggle("--force", "replace OUT if it exists");
+    cli::lora_flags(args);
     if (!args.parse(argc, argv)) return 0;
     if (args.operands().size() != 2) throw cli::UsageError("give IN and OUT (see --help)");
-    if (args.has("--lora")) throw cli::UsageError("--lora is not available yet: this build cannot merge LoRA adapters");
     const std::filesystem::path in = args.operands()[0], out = args.operands()[1];
     minimind::GgufExportOptions options;
-    options.type = parse_type(args.get_or("--type", "f16"));
+    using minimind::GgufType;
+    // nullopt: llama-quantize's Q4_K_M mix rather than one type
+    const auto type = cli::choose<std::optional<GgufType>>("--type", args.get_or("--type", "f16"),
+                                                           {{"f32", GgufType::F32},
+                                                            {"f16", GgufType::F16},
+                                                            {"bf16", GgufType::BF16},
+                                                            {"q8_0", GgufType::Q8_0},
+                                                            {"q4_0", GgufType::Q4_0},
+                                                            {"q4_k_m", std::nullopt}});
+    options.q4_k_m = !type;
+    if (type) options.type = *type;
     options.name = args.get_or("--name", "");
     if (std::filesystem::exists(out) && !args.has("--force")) {
       throw minimind::Error(out.string() + ": exists (use --force to replace it)");
     }
 
     const auto start = std::chrono::steady_clock::now();
+    options.adapters = cli::lora_adapters(args);
+    for (const auto& use : options.adapters) std::fprintf(stderr, "minimind-convert: merging %s\n", cli::describe(use).c_str());
     std::fprintf(stderr, "minimind-convert: reading %s\n", in.string().c_str());
     const minimind::Checkpoint checkpoint = minimind::load_checkpoint(in);
     const auto [tokenizer, tokenizer_config] = minimind::checkpoint_tokenizer_files(checkpoint);

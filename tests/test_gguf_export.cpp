@@ -13,7 +13,9 @@
 #include "checkpoint_writer.hpp"
 #include "format_files.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -122,18 +124,27 @@ io::Json describe(const io::gguf::File& f, const std::string& key) {
   return out;
 }
 
-// The source's tensors as a `type` file stores them, widened back to F32: what our reader of that
-// file must compute with, exactly.
-io::TensorTable as_stored(const io::TensorTable& source, GgufType type, bool tied) {
+// A checkpoint tensor's GGUF name (gguf_export.hpp's plan), experts by their stacked tensor.
+std::string gguf_name(const std::string& hf) {
+  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf == "lm_head.weight") return "output.weight";
+  if (hf == "model.norm.weight") return "output_norm.weight";
+  const size_t layer_end = hf.find('.', 13);  // after "model.layers."
+  const std::string blk = "blk." + hf.substr(13, layer_end - 13) + ".", suffix = hf.substr(layer_end + 1);
+  if (suffix.starts_with("mlp.experts.")) {  // mlp.experts.E.<proj>_proj.weight
+    const std::string module = suffix.substr(0, suffix.size() - std::string("_proj.weight").size());
+    return blk + "ffn_" + module.substr(module.rfind('.') + 1) + "_exps.weight";
+  }
+  return blk + gguf_export_detail::layer_names().at(suffix);
+}
+
+// The source's tensors as a file written with `options` stores them, widened back to F32: what
+// our reader of that file must compute with, exactly.
+io::TensorTable as_stored(const io::TensorTable& source, const GgufExportOptions& options, const Config& config) {
   io::TensorTable out;
   for (const auto& [name, t] : source.tensors()) {
     io::TensorRef copy = t;
-    GgufType stored = type;
-    const bool four_bit = type == GgufType::Q4_0;
-    if (t.shape.size() != 2 || name.ends_with("mlp.gate.weight")) stored = GgufType::F32;
-    else if (four_bit && (name == "lm_head.weight" || (tied && name == "model.embed_tokens.weight"))) stored = GgufType::Q8_0;
-    // Rows that are not whole blocks (tiny-mm3's 48) fall back to F16.
-    if (t.shape.size() == 2 && t.shape[1] % io::gguf::type_traits(static_cast<uint32_t>(stored)).block != 0) stored = GgufType::F16;
+    const GgufType stored = gguf_export_detail::tensor_type(options, config, gguf_name(name), t.shape);
     if (stored != GgufType::F32) {
       const std::vector<float> src = gguf_export_detail::to_floats(t);
       const size_t n = src.size();
@@ -146,8 +157,9 @@ io::TensorTable as_stored(const io::TensorTable& source, GgufType type, bool tie
         if (stored == GgufType::F16) (*values)[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits));
         if (stored == GgufType::BF16) (*values)[i] = kernels::bf16::to_float(bits);
       }
-      if (stored == GgufType::Q8_0) kernels::ggml::dequantize_blocks<kernels::ggml::Q8_0>(encoded.data(), n / 32, values->data());
-      if (stored == GgufType::Q4_0) kernels::ggml::dequantize_blocks<kernels::ggml::Q4_0>(encoded.data(), n / 32, values->data());
+      kernels::ggml::with_type(static_cast<uint32_t>(stored), [&]<class Q>() {
+        kernels::ggml::dequantize_blocks<Q>(encoded.data(), n / Q::kValues, values->data());
+      });
       copy.dtype = io::Dtype::F32;
       copy.bytes = {reinterpret_cast<std::byte*>(values->data()), n * 4};
       copy.owner = values;
@@ -169,11 +181,15 @@ std::vector<std::string> differing_tensors(const io::TensorTable& a, const io::T
   return out;
 }
 
-MiniMindForCausalLM<float> model_of(const std::string& image_bytes, std::string& keep, const io::TensorTable& expected) {
+// The model a converted file's bytes hold (kept alive by `keep`); with `expected`, every tensor
+// must hold its values.
+MiniMindForCausalLM<float> model_of(const std::string& image_bytes, std::string& keep, const io::TensorTable* expected) {
   keep = image_bytes;
   const auto file = io::gguf::File::parse(as_bytes(keep), "converted.gguf", nullptr);
   const io::TensorTable table = io::gguf::tensor_table(file);
-  for (const auto& name : differing_tensors(table, expected)) FAIL_CHECK("tensor " << name << " is not what the file should hold");
+  if (expected) {
+    for (const auto& name : differing_tensors(table, *expected)) FAIL_CHECK("tensor " << name << " is not what the file should hold");
+  }
   LoadOptions widened = one_thread();
   widened.quantized_as_stored = false;  // the file's values exactly; held as stored, decode rounds activations
   return MiniMindForCausalLM<float>::from_tensors(Config::from_json(io::gguf::config_json(file), &table, "converted.gguf"), table,
@@ -255,21 +271,82 @@ TEST_CASE("a converted checkpoint computes, read back, exactly what its source d
     CAPTURE(what);
     const Checkpoint checkpoint = load_checkpoint(source.path);
     const auto reference = MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors, one_thread());
-    for (const GgufType type : {GgufType::F32, GgufType::F16, GgufType::BF16, GgufType::Q8_0, GgufType::Q4_0}) {
-      CAPTURE(static_cast<int>(type));
+    for (const auto& named_type : {std::pair{"f32", GgufType::F32}, {"f16", GgufType::F16}, {"bf16", GgufType::BF16},
+                                   {"q8_0", GgufType::Q8_0}, {"q4_0", GgufType::Q4_0}, {"q4_k_m", GgufType::Q4_K}}) {
+      const std::string type_name = named_type.first;
+      const GgufType type = named_type.second;
+      CAPTURE(type_name);
       GgufExportOptions options;
       options.type = type;
+      options.q4_k_m = type_name == "q4_k_m";
       std::string keep;
-      const io::TensorTable stored = as_stored(checkpoint.tensors, type, checkpoint.config.tie_word_embeddings);
-      const auto converted = model_of(export_gguf(checkpoint, std::nullopt, std::nullopt, options).image(), keep, stored);
+      const io::TensorTable stored = as_stored(checkpoint.tensors, options, checkpoint.config);
+      const auto converted = model_of(export_gguf(checkpoint, std::nullopt, std::nullopt, options).image(), keep, &stored);
       const auto expected = MiniMindForCausalLM<float>::from_tensors(checkpoint.config, stored, one_thread());
       const Comparison exact = compare_logits(expected, converted, kPrompts);
       CHECK(exact.max_abs == 0.0);
       const Comparison error = compare_logits(reference, converted, kPrompts);
-      MESSAGE(what << " as ggml type " << static_cast<int>(type) << ": max |logit - source's| " << error.max_abs);
-      if (type != GgufType::Q4_0) CHECK(error.top1_last);  // (4 bits move these tiny random models' logits by units)
+      MESSAGE(what << " as " << type_name << ": max |logit - source's| " << error.max_abs);
+      if (type != GgufType::Q4_0 && type != GgufType::Q4_K) CHECK(error.top1_last);  // (4 bits move these tiny random models' logits by units)
       if (type == GgufType::F32) CHECK(error.max_abs == 0.0);
     }
+  }
+}
+
+TEST_CASE("LoRA adapters merged into the file: it computes exactly the logits of the model that merges them at load") {
+  for (const std::string lora_case : {"mm2-two-scaled", "mm3-moe-two-scaled"}) {
+    CAPTURE(lora_case);
+    const auto lora_dir = data_dir() / "lora";
+    const io::Json expected = io::read_json_file(lora_dir / lora_case / "expected.json");
+    const Checkpoint checkpoint = load_checkpoint(data_dir() / expected.at("base").get<std::string>());
+    GgufExportOptions options;
+    options.type = GgufType::F32;
+    for (const auto& a : expected.at("adapters")) {
+      options.adapters.push_back({std::make_shared<const LoraAdapter>(LoraAdapter::load(lora_dir / a.at("path").get<std::string>())),
+                                  a.at("scale").get<float>()});
+    }
+    LoadOptions merging = one_thread();
+    merging.adapters = options.adapters;
+    const auto merged = MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors, merging);
+    std::string keep;
+    const auto converted = model_of(export_gguf(checkpoint, std::nullopt, std::nullopt, options).image(), keep, nullptr);
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& p : expected.at("prompts")) prompts.push_back(p.at("ids").get<std::vector<int32_t>>());
+    CHECK(compare_logits(merged, converted, prompts).max_abs == 0.0);
+    // The adapters change the logits (a file without them differs).
+    const auto plain = MiniMindForCausalLM<float>::from_tensors(checkpoint.config, checkpoint.tensors, one_thread());
+    CHECK(compare_logits(plain, converted, prompts).max_abs > 1e-3);
+  }
+  // An adapter of another shape is refused before anything is written.
+  GgufExportOptions options;
+  options.adapters.push_back({std::make_shared<const LoraAdapter>(LoraAdapter::load(data_dir() / "lora/adapters/mm3-peft-rslora")), 1.0f});
+  CHECK_THROWS_WITH_AS(export_gguf(load_checkpoint(data_dir() / "golden/mm2-dense-f32"), std::nullopt, std::nullopt, options),
+                       doctest::Contains("mm3-peft-rslora"), Error);
+}
+
+TEST_CASE("--type q4_k_m chooses each tensor's type as llama-quantize's Q4_K_M does for the published shapes") {
+  const io::Json reference = io::read_json_file(data_dir() / "kquants" / "q4_k_m_types.json");
+  for (const auto& named_config : {std::pair{"minimind2-small", Config::minimind2_small()}, {"minimind-3", Config::minimind3()}}) {
+    const std::string shape = named_config.first;
+    CAPTURE(shape);
+    GgufExportOptions options;
+    options.q4_k_m = true;
+    std::map<std::string, int> counts;
+    REQUIRE(reference.at(shape).size() > 50);
+    for (const auto& t : reference.at(shape)) {
+      const std::string name = t[0];
+      CAPTURE(name);
+      std::vector<int64_t> dims = t[1];
+      std::reverse(dims.begin(), dims.end());  // ggml's innermost-first to our outermost-first
+      const GgufType type = gguf_export_detail::tensor_type(options, named_config.second, name, dims);
+      CHECK(io::gguf::type_traits(static_cast<uint32_t>(type)).name == t[2].get<std::string>());
+      ++counts[t[2].get<std::string>()];
+    }
+    // Every kind llama-quantize chose: Q6_K (output, attn_v / ffn_down of layers 0, 3, 6, 7),
+    // Q8_0 and Q5_0 (ffn_down's rows not whole super-blocks: Q6_K's and Q4_K's fallbacks).
+    CHECK(counts["Q6_K"] == 1 + 4);
+    CHECK(counts["Q8_0"] == 4);
+    CHECK(counts["Q5_0"] == 4);
   }
 }
 
@@ -320,16 +397,38 @@ TEST_CASE("minimind-convert writes what export_gguf makes, and refuses to overwr
   CHECK(r.err == "minimind-convert: error: " + out.string() + ": exists (use --force to replace it)\n");
   CHECK(run_command(convert + " '" + in + "' '" + out.string() + "' --force --type f32").exit_code == 0);
   CHECK(io::gguf::File::open(out).get_int("general.file_type") == 0);
-  for (const auto& [flags, message] :
-       {std::pair<std::string, std::string>{"--type q4_k_m", "--type q4_k_m is not available yet"},
-        {"--type q3", "--type: unknown type \"q3\" (f32, f16, bf16, q8_0 or q4_0)"},
-        {"--lora adapter.safetensors", "--lora is not available yet"}}) {
-    r = run_command(convert + " '" + in + "' '" + out.string() + "' --force " + flags);
-    CHECK(r.exit_code == 1);
-    CHECK(r.err == "minimind-convert: error: " + message + (flags == "--type q4_k_m" ? " (it needs the Q4_K and Q6_K quantizers)\n"
-                                                                : flags == "--type q3" ? "\n"
-                                                                                       : ": this build cannot merge LoRA adapters\n"));
-  }
+  r = run_command(convert + " '" + in + "' '" + out.string() + "' --force --type q3");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == "minimind-convert: error: --type: unknown value \"q3\" (f32, f16, bf16, q8_0, q4_0 or q4_k_m)\n");
+
+  // --type q4_k_m and LoRA adapters (a PEFT one written here: rank 2 on layer 0's q_proj and
+  // layer 1's down_proj), once at scale 1 and once at 0.5.
+  const auto adapter_dir = scratch_dir("convert_program_lora");
+  write_file(adapter_dir / "adapter_config.json", R"({"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "down_proj"]})");
+  std::vector<TensorBytes> pairs;
+  auto add_pair = [&](const std::string& module, int64_t out_features, int64_t in_features) {
+    const std::string prefix = "base_model.model." + module;
+    pairs.emplace_back(prefix + ".lora_A.weight", std::vector<int64_t>{2, in_features}, "F32", reference_weights(prefix + "A", 2 * in_features));
+    pairs.emplace_back(prefix + ".lora_B.weight", std::vector<int64_t>{out_features, 2}, "F32", reference_weights(prefix + "B", 2 * out_features));
+  };
+  const Config& c = checkpoint.config;
+  add_pair("model.layers.0.self_attn.q_proj", c.num_attention_heads * c.head_dim, c.hidden_size);
+  add_pair("model.layers.1.mlp.down_proj", c.hidden_size, c.intermediate_size);
+  write_file(adapter_dir / "adapter_model.safetensors", safetensors_image(pairs));
+  r = run_command(convert + " '" + in + "' '" + out.string() + "' --force --type q4_k_m --lora '" + adapter_dir.string() +
+                  "' --lora-scaled '" + adapter_dir.string() + ":0.5' --name tiny");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("minimind-convert: merging " + adapter_dir.string() + ": peft, rank 2") != std::string::npos);
+  GgufExportOptions merged;
+  merged.q4_k_m = true;
+  merged.name = "tiny";
+  const auto adapter = std::make_shared<const LoraAdapter>(LoraAdapter::load(adapter_dir));
+  merged.adapters = {{adapter, 1.0f}, {adapter, 0.5f}};
+  CHECK(read_file(out) == export_gguf(checkpoint, tok, tok_config, merged).image());
+  CHECK(io::gguf::File::open(out).get_int("general.file_type") == 15);  // MOSTLY_Q4_K_M
+  r = run_command(convert + " '" + in + "' '" + out.string() + "' --force --lora-scaled '" + adapter_dir.string() + "'");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == "minimind-convert: error: --lora-scaled: \"" + adapter_dir.string() + "\" is not PATH:SCALE\n");
   r = run_command(convert + " '" + in + "'");
   CHECK(r.err == "minimind-convert: error: give IN and OUT (see --help)\n");
   r = run_command(convert + " /nonexistent '" + out.string() + "' --force");

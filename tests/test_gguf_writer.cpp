@@ -1,5 +1,6 @@
 // gguf_writer.hpp and io/gguf_quantize.hpp: every block type's bytes are those of llama.cpp's
-// gguf-py for the same floats (tests/data/quants); what the writer writes, our reader reads back
+// gguf-py for the same floats (tests/data/quants), the K types' those of llama-quantize
+// (tests/data/kquants); what the writer writes, our reader reads back
 // key for key and byte for byte; what it must not write it refuses, naming the key or tensor.
 #include <doctest/doctest.h>
 #include <minimind/detail/io/gguf.hpp>
@@ -55,6 +56,25 @@ TEST_CASE("each type's blocks are gguf-py's, bit for bit, on the edge cases") {
     CHECK_MESSAGE(first_difference == ours.size(), "first different byte " << first_difference);
   }
   CHECK(encoded(0, input) == read_file(dir / "input.f32"));  // F32 is the bytes themselves
+}
+
+TEST_CASE("Q4_K and Q6_K blocks are llama-quantize's, bit for bit, on the edge cases") {
+  const auto dir = data_dir() / "kquants";
+  const std::vector<float> input = floats_of(read_file(dir / "input.f32"));
+  REQUIRE(input.size() % 256 == 0);
+  for (const auto& [name, type] : {std::pair{"q4_k", GgufType::Q4_K}, std::pair{"q6_k", GgufType::Q6_K}}) {
+    const std::string type_name = name;
+    const std::string expected = read_file(dir / (type_name + ".bin")), ours = encoded(static_cast<uint32_t>(type), input);
+    REQUIRE(ours.size() == expected.size());
+    const size_t block = ours.size() / (input.size() / 256);
+    for (size_t row = 0; row < input.size() / 256; ++row) {
+      CAPTURE(type_name);
+      CAPTURE(row);
+      size_t first_difference = row * block;
+      while (first_difference < (row + 1) * block && ours[first_difference] == expected[first_difference]) ++first_difference;
+      CHECK_MESSAGE(first_difference == (row + 1) * block, "first different byte " << first_difference - row * block << " of the block");
+    }
+  }
 }
 
 TEST_CASE("Q8_0 and Q4_0 read back within one quantization step") {
@@ -160,8 +180,8 @@ TEST_CASE("the writer refuses what a reader would refuse, naming it") {
                        doctest::Contains("tensor \"u\": 5 dimensions (1 to 4)"), Error);
   CHECK_THROWS_WITH_AS(w.add_tensor_bytes("u", {0, 4}, 0, {}), doctest::Contains("tensor \"u\": dimension 0 is not positive"), Error);
   CHECK_THROWS_WITH_AS(w.add_tensor_bytes("u", {4}, 99, std::vector<std::byte>(4)), doctest::Contains("unknown ggml type 99"), Error);
-  CHECK_THROWS_WITH_AS(w.add_tensor("u", {256}, static_cast<GgufType>(12), std::vector<float>(256)),
-                       doctest::Contains("no quantizer for ggml type Q4_K"), Error);
+  CHECK_THROWS_WITH_AS(w.add_tensor("u", {256}, static_cast<GgufType>(13), std::vector<float>(256)),
+                       doctest::Contains("no quantizer for ggml type Q5_K"), Error);
   CHECK_THROWS_WITH_AS(w.write("/nonexistent-dir/x.gguf"), doctest::Contains("/nonexistent-dir/x.gguf: cannot open for writing"), Error);
   CHECK_THROWS_WITH_AS(GgufWriter{0}, doctest::Contains("alignment 0 is not a power of two"), Error);
 }

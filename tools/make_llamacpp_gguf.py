@@ -136,13 +136,19 @@ def write_quantized(gguf, quantize, out):
         f.write(json.dumps(entries, indent=1) + "\n")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def llama_cpp_tools(description):
+    """--gguf-py and --quantize from the command line -> (args, the gguf module from that gguf-py)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--gguf-py", required=True, help="llama.cpp's gguf-py directory")
-    ap.add_argument("--quantize", required=True, help="llama.cpp's llama-quantize binary")
+    ap.add_argument("--quantize", required=True, help="llama.cpp's llama-quantize binary (an existing build)")
     args = ap.parse_args()
     sys.path.insert(0, args.gguf_py)
     import gguf
+    return args, gguf
+
+
+def main():
+    args, gguf = llama_cpp_tools(__doc__.split("\n\n")[0])
 
     config = json.load(open(os.path.join(ROOT, SOURCE, "config.json")))
     tensors = mg.read_safetensors(os.path.join(ROOT, SOURCE, "model.safetensors"))[0]

@@ -11,14 +11,18 @@
 //   - the hyper-parameters, RoPE and YaRN under llama.cpp's keys, and the tokenizer (gpt2 BPE,
 //     pre-tokenizer "gpt-2", the tokens, merges, token types, special ids, add_bos/add_eos and
 //     the chat template) from tokenizer.json and tokenizer_config.json.
-// Tensor types follow llama.cpp: 1-D tensors (norms) and the MoE router stay F32; the other
-// matrices take the chosen type. One difference, while this library has no Q6_K quantizer: in a
-// Q4_0 or Q4_1 file llama-quantize stores the output matrix (the tied embedding when there is no
-// output.weight) as Q6_K; here it is Q8_0, llama-quantize's own choice when Q6_K does not fit.
+// LoRA adapters (GgufExportOptions::adapters) are merged into the matrices before they are
+// encoded, as the model's loader merges them.
+// Tensor types follow llama-quantize: 1-D tensors (norms) and the MoE router stay F32; the other
+// matrices take the chosen type, except that in a 4- or 5-bit file the output matrix (the tied
+// embedding when there is no output.weight) is Q6_K. The Q4_K_M mix is llama-quantize's for these
+// shapes without an importance matrix (see q4_k_m_type). A row that is not whole blocks of its
+// type falls back the way llama-quantize falls back (Q4_K to Q5_0, Q6_K to Q8_0, then F16).
 #include "minimind/checkpoint.hpp"
 #include "minimind/config.hpp"
 #include "minimind/error.hpp"
 #include "minimind/gguf_writer.hpp"
+#include "minimind/lora.hpp"
 #include "minimind/tokenizer.hpp"
 #include "minimind/detail/io/json.hpp"
 #include "minimind/detail/kernels/ggml_kquants.hpp"
@@ -39,6 +43,11 @@ namespace minimind {
 
 struct GgufExportOptions {
   GgufType type = GgufType::F16;  // of the matrices; see the top of this file for the exceptions
+  // llama-quantize's Q4_K_M mix instead of one type (`type` is then not used).
+  bool q4_k_m = false;
+  // LoRA adapters merged into the matrices they change, in float32 before encoding, exactly as
+  // LoadOptions::adapters merges them at load.
+  std::vector<LoraUse> adapters;
   std::string name;               // general.name; empty: the checkpoint's directory or file name
   // Called before each tensor is encoded: its GGUF name, its index and the tensor count.
   std::function<void(const std::string& name, size_t index, size_t count)> progress;
@@ -78,6 +87,8 @@ inline std::string gguf_architecture(const Config& c) {
 // llama.cpp's general.file_type (enum llama_ftype) for a file whose matrices are `type`.
 inline uint32_t gguf_file_type(GgufType type) {
   switch (type) {
+    case GgufType::Q4_K: return 15;  // MOSTLY_Q4_K_M, the mix of Q4_K matrices written (q4_k_m)
+    case GgufType::Q6_K: return 18;
     case GgufType::F32: return 0;
     case GgufType::F16: return 1;
     case GgufType::Q4_0: return 2;
@@ -91,6 +102,53 @@ inline uint32_t gguf_file_type(GgufType type) {
 }
 
 namespace gguf_export_detail {
+
+// llama-quantize's "use more bits" layers of the Q4_K_M mix: the first and last eighth and every
+// third layer between (of 8: layers 0, 3, 6 and 7).
+inline bool more_bits_layer(int64_t layer, int64_t layers) {
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+// The type llama-quantize's Q4_K_M gives the matrix `name` (of layer `layer`, blk.N.*) of a model
+// with `layers` layers and `experts` experts: Q6_K for the output matrix and for attn_v and
+// ffn_down in the more-bits layers, Q8_0 for attn_k and attn_v of an 8-expert model, else Q4_K.
+// (llama-quantize would give an 8-expert model's attn_output Q5_K, which is not written here.)
+inline GgufType q4_k_m_type(const std::string& name, bool output_matrix, int64_t layer, int64_t layers, int64_t experts) {
+  if (output_matrix) return GgufType::Q6_K;
+  if (name.find("attn_v.weight") != std::string::npos) {
+    if (experts == 8) return GgufType::Q8_0;
+    return more_bits_layer(layer, layers) ? GgufType::Q6_K : GgufType::Q4_K;
+  }
+  if (name.find("attn_k.weight") != std::string::npos && experts == 8) return GgufType::Q8_0;
+  if (name.find("attn_output.weight") != std::string::npos && experts == 8) {
+    throw Error("Q4_K_M: an 8-expert model's attn_output is Q5_K in llama-quantize's Q4_K_M, and Q5_K is not written here");
+  }
+  if (name.find("ffn_down") != std::string::npos && more_bits_layer(layer, layers)) return GgufType::Q6_K;
+  return GgufType::Q4_K;
+}
+
+// llama-quantize's type for a row of `cols` values that is not whole blocks of `type`.
+inline GgufType fallback_type(GgufType type, int64_t cols) {
+  const auto fits = [&](GgufType t) { return cols % io::gguf::type_traits(static_cast<uint32_t>(t)).block == 0; };
+  if (fits(type)) return type;
+  if (type == GgufType::Q4_K) type = GgufType::Q5_0;
+  if (type == GgufType::Q6_K) type = GgufType::Q8_0;
+  return fits(type) ? type : GgufType::F16;
+}
+
+// The type GGUF tensor `name` of `shape` (outermost first) is written as (see the top of this file).
+inline GgufType tensor_type(const GgufExportOptions& options, const Config& c, const std::string& name, const std::vector<int64_t>& shape) {
+  if (shape.size() == 1 || name.ends_with("ffn_gate_inp.weight")) return GgufType::F32;  // norms and the router
+  const bool output_matrix = name == "output.weight" || (name == "token_embd.weight" && c.tie_word_embeddings);
+  GgufType type = options.type;
+  if (options.q4_k_m) {
+    const int64_t layer = name.starts_with("blk.") ? std::stoll(name.substr(4)) : -1;
+    type = q4_k_m_type(name, output_matrix, layer, c.num_hidden_layers, c.num_experts);
+  } else if (output_matrix && (type == GgufType::Q4_0 || type == GgufType::Q4_1 || type == GgufType::Q5_0 || type == GgufType::Q5_1)) {
+    type = GgufType::Q6_K;
+  }
+  return fallback_type(type, shape.back());
+}
 
 // HF tensor names (per layer, after "model.layers.N.") to llama.cpp's (after "blk.N.").
 inline const std::map<std::string, std::string>& layer_names() {
@@ -262,6 +320,7 @@ inline GgufWriter export_gguf(const Checkpoint& checkpoint, const std::optional<
   namespace d = gguf_export_detail;
   const Config& c = checkpoint.config;
   const std::string arch = gguf_architecture(c);
+  check_adapters(options.adapters, c);
   const io::TensorTable& table = checkpoint.tensors;
   const std::string source = checkpoint.path.string();
 
@@ -273,7 +332,7 @@ inline GgufWriter export_gguf(const Checkpoint& checkpoint, const std::optional<
   if (name.empty()) name = std::filesystem::path(checkpoint.path).lexically_normal().parent_path().filename().string();
   w.add_string("general.name", name);
   d::add_hyper_parameters(w, c, arch);
-  w.add_u32("general.file_type", gguf_file_type(options.type));
+  w.add_u32("general.file_type", gguf_file_type(options.q4_k_m ? GgufType::Q4_K : options.type));
   w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION, which gguf-py writes in every file
   if (tokenizer) d::add_tokenizer(w, *tokenizer, tokenizer_config.value_or(io::Json::object()), c.vocab_size, arch, source + " (tokenizer)");
 
@@ -331,20 +390,12 @@ inline GgufWriter export_gguf(const Checkpoint& checkpoint, const std::optional<
                     first.shape_string());
       }
       std::vector<float> v = d::to_floats(*part);
+      if (shape.size() == 2) merge_lora(v.data(), shape[0], shape[1], lora_deltas(options.adapters, part->name));
       if (p.permute_heads) v = d::llama_permute(v, shape[0], shape[1], p.permute_heads, source + ": tensor \"" + part->name + "\"");
       values.insert(values.end(), v.begin(), v.end());
     }
     if (p.parts.size() > 1) shape.insert(shape.begin(), static_cast<int64_t>(p.parts.size()));
-    // Norms and the router stay F32; the output matrix of a 4-bit file is Q8_0 (see the top).
-    GgufType type = options.type;
-    const bool output_matrix = p.gguf == "output.weight" || (p.gguf == "token_embd.weight" && c.tie_word_embeddings);
-    if (shape.size() == 1 || p.gguf.ends_with("ffn_gate_inp.weight")) type = GgufType::F32;
-    else if (output_matrix && (type == GgufType::Q4_0 || type == GgufType::Q4_1 || type == GgufType::Q5_0 || type == GgufType::Q5_1)) {
-      type = GgufType::Q8_0;
-    }
-    // A row that is not whole blocks falls back to F16, as convert_hf_to_gguf.py does.
-    if (shape.back() % io::gguf::type_traits(static_cast<uint32_t>(type)).block != 0) type = GgufType::F16;
-    w.add_tensor(p.gguf, shape, type, values);
+    w.add_tensor(p.gguf, shape, d::tensor_type(options, c, p.gguf, shape), values);
   }
   return w;
 }

@@ -4,7 +4,8 @@
 // bytes at a multiple of the alignment. Shapes are given outermost first, as everywhere in this
 // library (a weight [out, in]); the file stores them innermost first, as ggml does. Tensor data is
 // given as floats and encoded here (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: the blocks of
-// llama.cpp's gguf-py, see detail/io/gguf_quantize.hpp), or as bytes already encoded.
+// llama.cpp's gguf-py; Q4_K, Q6_K: llama-quantize's; see detail/io/gguf_quantize.hpp), or as
+// bytes already encoded.
 //
 //   minimind::GgufWriter w;
 //   w.add_string("general.architecture", "llama").add_u32("llama.block_count", 8);

@@ -160,6 +160,27 @@ inline void check_adapters(std::span<const LoraUse> adapters, const Config& conf
   }
 }
 
+// The pairs (and their scales) of the adapters that change one checkpoint tensor.
+using LoraDeltas = std::vector<std::pair<const LoraModule*, float>>;
+inline LoraDeltas lora_deltas(std::span<const LoraUse> adapters, const std::string& weight) {
+  LoraDeltas deltas;
+  for (const LoraUse& use : adapters) {
+    if (const LoraModule* m = use.adapter->find(weight)) deltas.emplace_back(m, use.scale);
+  }
+  return deltas;
+}
+// W [rows, cols] (row-major) += scale * B A of each pair (shapes checked against the config
+// beforehand): the one merge the model's loader and the GGUF export share, so both hold the same
+// merged values.
+template <class T>
+void merge_lora(T* data, Index rows, Index cols, const LoraDeltas& deltas) {
+  MatrixMap<T> w(data, rows, cols);
+  for (const auto& [m, scale] : deltas) {
+    if constexpr (std::is_same_v<T, float>) w.noalias() += scale * (m->B * m->A);
+    else w.noalias() += T(scale) * (m->B.template cast<T>() * m->A.template cast<T>());
+  }
+}
+
 namespace lora_detail {
 
 // "model.layers.<L>.<rest>" -> the site, or nullopt for any name that is not a matrix an adapter

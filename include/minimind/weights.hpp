@@ -88,7 +88,7 @@ class WeightLoader {
   Weight<T> matrix(const std::string& name, int64_t rows, int64_t cols, const std::string& dims,
                    bool packed = true) const {
     const WeightFormat format = packed ? format_ : WeightFormat::F32;
-    const Deltas deltas = deltas_of(name);
+    const LoraDeltas deltas = lora_deltas(adapters_, name);
     if (!table_) return random_weight(name, rows, cols, T(1) / std::sqrt(static_cast<T>(cols)), T(0), format, deltas);
     const io::TensorRef& t = table_->require(name);
     if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols) {
@@ -117,28 +117,10 @@ class WeightLoader {
  private:
   WeightLoader() = default;
 
-  // The pairs (and their scales) of the adapters that change one matrix.
-  using Deltas = std::vector<std::pair<const LoraModule*, float>>;
-  Deltas deltas_of(const std::string& name) const {
-    Deltas deltas;
-    for (const LoraUse& use : adapters_) {
-      if (const LoraModule* m = use.adapter->find(name)) deltas.emplace_back(m, use.scale);
-    }
-    return deltas;
-  }
-  // W [rows, cols] += scale * B A of each pair (shapes checked against the config beforehand).
-  static void merge(T* data, Index rows, Index cols, const Deltas& deltas) {
-    MatrixMap<T> w(data, rows, cols);
-    for (const auto& [m, scale] : deltas) {
-      if constexpr (std::is_same_v<T, float>) w.noalias() += scale * (m->B * m->A);
-      else w.noalias() += T(scale) * (m->B.template cast<T>() * m->A.template cast<T>());
-    }
-  }
-
   // Uniform in [center - spread, center + spread], from a splitmix64 stream keyed by the name, so
   // each tensor is the same whatever order the model loads them in.
   Weight<T> random_weight(const std::string& name, int64_t rows, int64_t cols, T spread, T center, WeightFormat format,
-                          const Deltas& deltas = {}) const {
+                          const LoraDeltas& deltas = {}) const {
     uint64_t state = seed_ ^ std::hash<std::string>{}(name);
     auto next = [&state] {
       uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -151,7 +133,7 @@ class WeightLoader {
         const T unit = static_cast<T>(next() >> 11) * static_cast<T>(1.0 / 9007199254740992.0);  // [0, 1)
         data[i] = center + spread * (T(2) * unit - T(1));
       }
-      merge(data, rows, cols, deltas);
+      merge_lora(data, rows, cols, deltas);
     });
   }
 
@@ -159,7 +141,7 @@ class WeightLoader {
   // quantized matrices held as stored): a view keeps the whole loaded file alive, so a norm
   // viewed in an f32 file whose matrices became q8 would keep all of those f32 matrices too. A
   // matrix with adapters to merge is never viewed: it gets a copy of its own.
-  Weight<T> load(const io::TensorRef& t, Index rows, Index cols, WeightFormat format, const Deltas& deltas) const {
+  Weight<T> load(const io::TensorRef& t, Index rows, Index cols, WeightFormat format, const LoraDeltas& deltas) const {
     if (t.dtype == io::Dtype::GGML) {  // widened block by block (the reader checked their scales)
       return make_weight(rows, cols, format, [&](T* data) {
         kernels::ggml::with_type(t.ggml_type, [&]<class Q>() {
@@ -172,7 +154,7 @@ class WeightLoader {
             std::copy(values.begin(), values.end(), data);
           }
         });
-        merge(data, rows, cols, deltas);
+        merge_lora(data, rows, cols, deltas);
       });
     }
     check_finite(t);
@@ -194,7 +176,7 @@ class WeightLoader {
     const std::byte* src = t.bytes.data();
     return make_weight(rows, cols, format, [&](T* data) {
       for (Index i = 0; i < rows * cols; ++i) data[i] = static_cast<T>(io::widen(t.dtype, src + i * io::dtype_size(t.dtype)));
-      merge(data, rows, cols, deltas);
+      merge_lora(data, rows, cols, deltas);
     });
   }
 

@@ -269,11 +269,14 @@ TEST_CASE("files made by llama-quantize's Q4_0 and Q4_K_M presets: gguf-py's wei
     MESSAGE(file << ": max |logit diff| " << worst << " vs the PyTorch reference over gguf-py's weights (largest |logit| "
                  << largest << ")");
     CHECK(worst <= 1e-5 * largest);
-    // Held as stored, the activations are rounded to int16 per block of 32 (kernels/ggml.hpp).
+    // Held as stored, the activations are rounded per block of 32 (kernels/ggml.hpp): to int8 for
+    // these 4- to 6-bit types, as llama.cpp rounds them (Q8_0), each by up to 1/254 of its block's
+    // largest; on these random-weight files that measured a relative L2 of 0.0123-0.0136
+    // (int16 had 8e-5).
     const double relative_l2 = std::sqrt(diff2 / ref2);
     MESSAGE(file << " held as stored: max |logit diff| " << stored_worst << ", relative L2 " << relative_l2
                  << " vs widened to f32");
-    CHECK(relative_l2 <= 1e-4);
+    CHECK(relative_l2 <= 0.03);
     CHECK(stored.weight_bytes() * 10 < model.weight_bytes() * 3);  // 4-bit blocks, not floats
   }
   // What the presets wrote for these shapes (the issue's list): all of it was read above.

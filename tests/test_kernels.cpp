@@ -1182,7 +1182,8 @@ TEST_CASE("ggml: every type's decode product and GEMM on every target against th
         for (Index n : {1, 3, 20}) {  // decode products below 13 positions, the GEMM from there
           CAPTURE(n);
           const MatrixRM<float> x = random_matrix(n, cols, 51 + static_cast<uint32_t>(n));
-          const MatrixRM<float> xr = q8_rounded(x);
+          // x rounded as the type's products take it: int16 for Q8_0 (as q8), int8 for the others (as q4).
+          const MatrixRM<float> xr = kernels::ggml::kInt16Input<Q> ? q8_rounded(x) : q4_rounded(x);
           const MatrixRM<float> expected = xr * plain.transpose();
           const double l1 = (xr.cwiseAbs() * plain.cwiseAbs().transpose()).maxCoeff();
           MatrixRM<float> out(n, rows);

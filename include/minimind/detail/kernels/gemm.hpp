@@ -378,8 +378,12 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
   // int16 or q4's int8 blocks), so that prefill and decode compute the same function.
   enum class Rounding { None, Int16, Int8 };
   auto rounding = [](const GemmProduct& product) {
-    return with_format(product.w->format(), []<class F>() {
-      return F::kQuantizedInput ? Rounding::Int16 : F::kInt8Input ? Rounding::Int8 : Rounding::None;
+    return with_format(product.w->format(), [&]<class F>() {
+      if constexpr (F::kQuantizedInput && F::kInt8Input) {  // which, matrix by matrix (ggml: by type)
+        return F::int16_input(product.w->template format_view<F>()) ? Rounding::Int16 : Rounding::Int8;
+      } else {
+        return F::kQuantizedInput ? Rounding::Int16 : F::kInt8Input ? Rounding::Int8 : Rounding::None;
+      }
     });
   };
   const Rounding round = rounding(products.front());

@@ -1,17 +1,21 @@
 // ggml: a GGUF file's quantized matrix held as stored, its blocks read in place in the loaded
 // file (no copy): any of the types of ggml_quants.hpp and ggml_kquants.hpp, one type per matrix
 // (a file mixes them tensor by tensor). Decode multiplies the blocks with the activations
-// quantized as for q8 (int16 in blocks of 32 with a float scale, q8.hpp), which line up with
-// every type's blocks and sub-blocks: per block of 32 an integer dot product of the codes, scaled
-// by the weight's and the activation's scales (minus the minimum times the activations' sum for
-// the types with one). The GEMM widens a block of rows through the scalar dequantizers.
+// quantized as for q4 (int8 in blocks of 32 with a float scale and the block's integer sum,
+// q4.hpp; Q8_0 as for q8, kInt16Input below), which line up with every type's blocks and sub-blocks: per block of 32 an integer dot
+// product of the codes (unsigned bytes times the int8 activations, vpmaddubsw or vpdpbusd),
+// scaled by the weight's and the activation's scales, less the code offset or the minimum times
+// the activations' sum. Why int8 and not int16 activations: next to weights of 4 to 6 bits their
+// rounding is lost in the weights' (q4.hpp measured it), llama.cpp rounds them as coarsely (Q8_0,
+// or Q8_K over 256 values for the K types), and a byte-wise multiply needs no widening of the
+// codes. The GEMM widens a block of rows through the scalar dequantizers.
 // The kernels are the target section at the end, compiled once per target (simd.hpp).
 #ifndef MINIMIND_DETAIL_KERNELS_GGML_HPP
 #define MINIMIND_DETAIL_KERNELS_GGML_HPP
 #include "minimind/detail/kernels/format.hpp"
 #include "minimind/detail/kernels/ggml_kquants.hpp"
 #include "minimind/detail/kernels/ggml_quants.hpp"
-#include "minimind/detail/kernels/q8.hpp"
+#include "minimind/detail/kernels/q4.hpp"
 #include "minimind/detail/kernels/simd.hpp"
 #include "minimind/detail/weight_arena.hpp"
 #include "minimind/error.hpp"
@@ -21,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace minimind::kernels::ggml {
@@ -42,8 +47,16 @@ inline void dequantize_row(const View& w, Index r, float* out) {
   with_type(w.type, [&]<class Q>() { dequantize_blocks<Q>(w.data + r * w.row_bytes, static_cast<uint64_t>(w.cols / Q::kValues), out); });
 }
 
-// The plain reference: y[r] = sum_c W[r, c] * (xd[c / 32] * xq[c]) in double, W as dequantized.
-inline void matvec_reference(const View& w, const int16_t* xq, const float* xd, float* y, Index begin, Index end) {
+// Which activations type Q's products multiply: int16 for Q8_0, as q8 does (beside 8-bit weights
+// int8 activations cost about as much accuracy as the weights: a committed Q8_0 file's logits
+// left their stated bound, 0.362 against 0.35), int8 for the rest.
+template <class Q>
+inline constexpr bool kInt16Input = std::is_same_v<Q, Q8_0>;
+
+// The plain reference: y[r] = sum_c W[r, c] * (xd[c / 32] * xq[c]) in double, W as dequantized
+// and x quantized as type Q takes it (int8: q4's quantize_activations, int16: q8's).
+template <class X>
+void matvec_reference(const View& w, const X* xq, const float* xd, float* y, Index begin, Index end) {
   std::vector<float> row(static_cast<size_t>(w.cols));
   for (Index r = begin; r < end; ++r) {
     dequantize_row(w, r, row.data());
@@ -57,8 +70,8 @@ inline void matvec_reference(const View& w, const int16_t* xq, const float* xd, 
 struct Format {
   static constexpr WeightFormat id = WeightFormat::Ggml;
   static constexpr const char* name = "ggml";
-  static constexpr bool kQuantizedInput = true;
-  static constexpr bool kInt8Input = false;
+  static constexpr bool kQuantizedInput = true;  // both: per type, kInt16Input
+  static constexpr bool kInt8Input = true;
   static constexpr bool kKMajorInput = false;
   static constexpr bool kPairedInput = false;
   using View = ggml::View;
@@ -69,6 +82,12 @@ struct Format {
     throw Error("weight format ggml holds a GGUF file's quantized tensors as stored; other weights cannot be converted to it");
   }
   static void row_to(const View& w, Index r, float* out) { dequantize_row(w, r, out); }
+  // Whether w's products multiply int16 activations (else int8): the GEMM rounds its input so.
+  static bool int16_input(const View& w) {
+    bool int16 = false;
+    with_type(w.type, [&]<class Q>() { int16 = kInt16Input<Q>; });
+    return int16;
+  }
   static BlockLines lines(const View& w, Index r, Index mr, Index k0, Index kc) {
     Index block_values = 0, block_bytes = 0;
     with_type(w.type, [&]<class Q>() { block_values = Q::kValues, block_bytes = sizeof(typename Q::Block); });
@@ -85,10 +104,10 @@ struct Format {
 namespace minimind::kernels::ggml::MINIMIND_TARGET {
 namespace simd = kernels::MINIMIND_TARGET;
 
-// One row's blocks of type Q times the quantized activations: any type, on any target, through
-// the scalar dequantizer, 32 values (one activation block) at a time.
-template <class Q>
-float dot_widened(const typename Q::Block* b, Index cols, const int16_t* xq, const float* xd) {
+// One row's blocks of type Q times the quantized activations (int8 or int16): any type, on any
+// target, through the scalar dequantizer, 32 values (one activation block) at a time.
+template <class Q, class X>
+float dot_widened(const typename Q::Block* b, Index cols, const X* xq, const float* xd) {
   float values[Q::kValues];
   float sum = 0;
   for (Index i = 0; i < cols / Q::kValues; ++i) {
@@ -106,116 +125,325 @@ float dot_widened(const typename Q::Block* b, Index cols, const int16_t* xq, con
 #if MINIMIND_AVX2
 // F16C, not Eigen's conversion (which is in software unless the whole build has F16C).
 inline float half(uint16_t h) { return _cvtsh_ss(h); }
-inline __m256i load16(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m256i widen_u8(__m128i v) { return _mm256_cvtepu8_epi16(v); }
-// 32 int16 codes (w0: values 0-15, w1: 16-31) times the activation block at xq: 8 int32 lanes.
-inline __m256i block_dot(__m256i w0, __m256i w1, const int16_t* xq) {
-  return _mm256_add_epi32(_mm256_madd_epi16(w0, load16(xq)), _mm256_madd_epi16(w1, load16(xq + 16)));
-}
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 inline __m256 to_float(__m256i v) { return _mm256_cvtepi32_ps(v); }
-
-// Q4_0: codes - 8; Q8_0: the bytes; IQ4_NL: not here (dot_widened).
-inline float dot(const Q4_0::Block* b, Index cols, const int16_t* xq, const float* xd) {
-  const __m128i low = _mm_set1_epi8(0x0F);
-  const __m256i eight = _mm256_set1_epi16(8);
-  __m256 acc = _mm256_setzero_ps();
-  for (Index i = 0; i < cols / 32; ++i) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
-    const __m256i w0 = _mm256_sub_epi16(widen_u8(_mm_and_si128(q, low)), eight);
-    const __m256i w1 = _mm256_sub_epi16(widen_u8(_mm_and_si128(_mm_srli_epi16(q, 4), low)), eight);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(b[i].d) * xd[i]), to_float(block_dot(w0, w1, xq + 32 * i)), acc);
-  }
-  return simd::hsum(acc);
+// 32 unsigned codes of at most 7 bits times 32 int8 activations: 8 int32 lanes of four products each (vpmaddubsw's pairs stay below int16's limit).
+inline __m256i udot(__m256i u, __m256i x) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)); }
+// A 32-value block's 16 bytes of nibbles (byte j: value j low, value j + 16 high) as 32 codes in order.
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i q = load16(qs);
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
 }
+
+// Q4_0 and Q5_0: codes with an offset (8, 16), which comes back as the offset times the block's
+// activation sum: sum_b d_b xd_b (sum_j q_j x_j - offset xs_b).
+inline float dot(const Q4_0::Block* b, Index cols, const int8_t* xq, const float* xd, const int32_t* xs) {
+  __m256 acc = _mm256_setzero_ps();
+  float offsets = 0;
+  for (Index i = 0; i < cols / 32; ++i) {
+    const float scale = half(b[i].d) * xd[i];
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), to_float(udot(nibbles(b[i].qs), load32(xq + 32 * i))), acc);
+    offsets += scale * static_cast<float>(xs[i]);
+  }
+  return simd::hsum(acc) - 8 * offsets;
+}
+// Q5_0's codes (0-31): the nibbles plus 16 where bit j of qh is set, qh's byte j / 8 spread over
+// the 8 bytes of its values and each byte's own bit picked out.
+inline __m256i codes(const Q5_0::Block& b) {
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+                                          3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  int32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  const __m256i bits = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread), bit);
+  return _mm256_or_si256(nibbles(b.qs), _mm256_and_si256(_mm256_cmpeq_epi8(bits, bit), _mm256_set1_epi8(16)));
+}
+inline float dot(const Q5_0::Block* b, Index cols, const int8_t* xq, const float* xd, const int32_t* xs) {
+  __m256 acc = _mm256_setzero_ps();
+  float offsets = 0;
+  for (Index i = 0; i < cols / 32; ++i) {
+    const float scale = half(b[i].d) * xd[i];
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), to_float(udot(codes(b[i]), load32(xq + 32 * i))), acc);
+    offsets += scale * static_cast<float>(xs[i]);
+  }
+  return simd::hsum(acc) - 16 * offsets;
+}
+// Q8_0 times int16 activations: the codes widened to int16, vpmaddwd.
 inline float dot(const Q8_0::Block* b, Index cols, const int16_t* xq, const float* xd) {
   __m256 acc = _mm256_setzero_ps();
   for (Index i = 0; i < cols / 32; ++i) {
-    const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs)));
-    const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 16)));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(b[i].d) * xd[i]), to_float(block_dot(w0, w1, xq + 32 * i)), acc);
+    const __m256i w0 = _mm256_cvtepi8_epi16(load16(b[i].qs)), w1 = _mm256_cvtepi8_epi16(load16(b[i].qs + 16));
+    const __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(w0, load32(xq + 32 * i)), _mm256_madd_epi16(w1, load32(xq + 32 * i + 16)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(b[i].d) * xd[i]), to_float(sums), acc);
   }
   return simd::hsum(acc);
 }
-// Q5_0: the nibble plus 16 where bit j of qh is set, minus 16.
-inline float dot(const Q5_0::Block* b, Index cols, const int16_t* xq, const float* xd) {
-  const __m128i low = _mm_set1_epi8(0x0F);
-  const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, -32768);
-  const __m256i sixteen = _mm256_set1_epi16(16);
-  auto fifth = [&](uint32_t bits16) {  // 16 where the lane's bit is set
-    const __m256i set = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(bits16)), bit), bit);
-    return _mm256_and_si256(set, sixteen);
-  };
-  __m256 acc = _mm256_setzero_ps();
-  for (Index i = 0; i < cols / 32; ++i) {
-    uint32_t qh;
-    std::memcpy(&qh, b[i].qh, 4);
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
-    const __m256i w0 = _mm256_sub_epi16(_mm256_or_si256(widen_u8(_mm_and_si128(q, low)), fifth(qh & 0xFFFF)), sixteen);
-    const __m256i w1 =
-        _mm256_sub_epi16(_mm256_or_si256(widen_u8(_mm_and_si128(_mm_srli_epi16(q, 4), low)), fifth(qh >> 16)), sixteen);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(b[i].d) * xd[i]), to_float(block_dot(w0, w1, xq + 32 * i)), acc);
-  }
-  return simd::hsum(acc);
-}
-// Q4_K: per sub-block s of 32 (activation block 8 i + s), (d sc_s xd) sum q x - (dmin m_s xd) sum x.
-inline float dot(const Q4_K::Block* b, Index cols, const int16_t* xq, const float* xd) {
-  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  __m256 acc = _mm256_setzero_ps();
+#if !MINIMIND_AVX512
+// Q4_K: per sub-block s of 32 (activation block 8 i + s), the integer products times the 6-bit
+// scale in the same vpmaddwd, then (d xd) in float; less (dmin m_s xd xs) summed apart.
+inline float dot(const Q4_K::Block* b, Index cols, const int8_t* xq, const float* xd, const int32_t* xs) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  float mins = 0;
   for (Index i = 0; i < cols / 256; ++i) {
     const float d = half(b[i].d), dmin = half(b[i].dmin);
+    const int8_t* x = xq + 256 * i;
     for (int c = 0; c < 4; ++c) {
-      const __m256i q = load16(b[i].qs + 32 * c);
-      const __m256i nibbles[2] = {_mm256_and_si256(q, low), _mm256_and_si256(_mm256_srli_epi16(q, 4), low)};
-      for (int n = 0; n < 2; ++n) {
-        const int s = 2 * c + n;
-        const Index a = 8 * i + s;
-        const __m256i w0 = widen_u8(_mm256_castsi256_si128(nibbles[n])), w1 = widen_u8(_mm256_extracti128_si256(nibbles[n], 1));
-        const __m256i x0 = load16(xq + 32 * a), x1 = load16(xq + 32 * a + 16);
-        const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
-        const __m256i xsum = _mm256_add_epi32(_mm256_madd_epi16(x0, ones), _mm256_madd_epi16(x1, ones));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(k_scale(b[i].scales, s)) * xd[a]), to_float(dot), acc);
-        acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * static_cast<float>(k_min(b[i].scales, s)) * xd[a]), to_float(xsum), acc);
-      }
+      const __m256i q = load32(b[i].qs + 32 * c);
+      const int s = 2 * c;
+      const Index a = 8 * i + s;
+      const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(q, low), load32(x + 64 * c));
+      const __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), load32(x + 64 * c + 32));
+      const __m256i s0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(static_cast<int16_t>(k_scale(b[i].scales, s))));
+      const __m256i s1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(static_cast<int16_t>(k_scale(b[i].scales, s + 1))));
+      acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * xd[a]), to_float(s0), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * xd[a + 1]), to_float(s1), acc1);
+      mins += dmin * (static_cast<float>(k_min(b[i].scales, s)) * xd[a] * static_cast<float>(xs[a]) +
+                      static_cast<float>(k_min(b[i].scales, s + 1)) * xd[a + 1] * static_cast<float>(xs[a + 1]));
     }
   }
-  return simd::hsum(acc);
+  return simd::hsum(_mm256_add_ps(acc0, acc1)) - mins;
 }
-// Q6_K: per activation block t of 32, two sub-blocks of 16 with their own scales.
-inline float dot(const Q6_K::Block* b, Index cols, const int16_t* xq, const float* xd) {
-  const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
-  const __m256i offset = _mm256_set1_epi16(32);
-  __m256 acc = _mm256_setzero_ps();
+#endif
+#if !MINIMIND_AVX512
+// Q6_K: per activation block t of 32, the 6-bit codes q (offset 32) in order; (q - 32) x in int16
+// pairs as q x less 32 x (both vpmaddubsw, at most 16002 and 8128 apart), times the two
+// sub-blocks' signed scales in the same vpmaddwd, then (d xd) in float.
+inline float dot(const Q6_K::Block* b, Index cols, const int8_t* xq, const float* xd, const int32_t*) {
+  const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8(0x30), offset = _mm256_set1_epi8(32);
+  const __m128i halves = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
   for (Index i = 0; i < cols / 256; ++i) {
     const float d = half(b[i].d);
-    for (int t = 0; t < 8; ++t) {
-      const int h = t / 4, k = t % 4;
-      const __m256i ql = _mm256_and_si256(_mm256_srl_epi16(load16(b[i].ql + 64 * h + 32 * (k % 2)), _mm_cvtsi32_si128(4 * (k / 2))), low);
-      const __m256i qh = _mm256_and_si256(_mm256_srl_epi16(load16(b[i].qh + 32 * h), _mm_cvtsi32_si128(2 * k)), two);
-      const __m256i q = _mm256_or_si256(ql, _mm256_slli_epi16(qh, 4));  // 6-bit codes, no carry across bytes
-      const __m256i w0 = _mm256_sub_epi16(widen_u8(_mm256_castsi256_si128(q)), offset);
-      const __m256i w1 = _mm256_sub_epi16(widen_u8(_mm256_extracti128_si256(q, 1)), offset);
+    const __m128i scales = load16(b[i].scales);
+    // Activation block t: its codes from ql's nibbles (low 4 bits) and qh's bits 2k (moved to 4, 5).
+    auto block = [&](int t, __m256i ql, __m256i qh, __m256& acc) {
       const Index a = 8 * i + t;
-      const __m256i s0 = _mm256_madd_epi16(w0, load16(xq + 32 * a)), s1 = _mm256_madd_epi16(w1, load16(xq + 32 * a + 16));
-      const float dx = d * xd[a];
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * static_cast<float>(b[i].scales[2 * t])), to_float(s0), acc);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * static_cast<float>(b[i].scales[2 * t + 1])), to_float(s1), acc);
+      const __m256i x = load32(xq + 32 * a);
+      const __m256i q = _mm256_or_si256(_mm256_and_si256(ql, low), _mm256_and_si256(qh, high));
+      const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q, x), _mm256_maddubs_epi16(offset, x));
+      const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, _mm_add_epi8(halves, _mm_set1_epi8(static_cast<char>(2 * t)))));
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * xd[a]), to_float(_mm256_madd_epi16(pairs, sc)), acc);
+    };
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = load32(b[i].ql + 64 * h), ql1 = load32(b[i].ql + 64 * h + 32), qh = load32(b[i].qh + 32 * h);
+      block(4 * h, ql0, _mm256_slli_epi16(qh, 4), acc0);
+      block(4 * h + 1, ql1, _mm256_slli_epi16(qh, 2), acc1);
+      block(4 * h + 2, _mm256_srli_epi16(ql0, 4), qh, acc0);
+      block(4 * h + 3, _mm256_srli_epi16(ql1, 4), _mm256_srli_epi16(qh, 2), acc1);
     }
   }
-  return simd::hsum(acc);
+  return simd::hsum(_mm256_add_ps(acc0, acc1));
+}
+#endif
+#endif
+
+#if MINIMIND_AVX2
+// The GEMM's widening of whole blocks: the scalar dequantizers' values bit for bit (each is one
+// exact product less an exact minimum, so one rounding either way). 32 signed codes q to
+// out[j] = scale * q[j] - min, `first` the scale of values 0-15, `second` of 16-31.
+inline void widen32(__m256i q, __m256 first, __m256 second, __m256 min, float* out) {
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  const __m256i v[4] = {_mm256_cvtepi8_epi32(lo), _mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)), _mm256_cvtepi8_epi32(hi),
+                        _mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))};
+  for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + 8 * k, _mm256_fmsub_ps(k < 2 ? first : second, _mm256_cvtepi32_ps(v[k]), min));
+}
+inline void widen(const Q4_0::Block& b, float* out) {
+  const __m256 d = _mm256_set1_ps(half(b.d));
+  widen32(_mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)), d, d, _mm256_setzero_ps(), out);
+}
+inline void widen(const Q5_0::Block& b, float* out) {
+  const __m256 d = _mm256_set1_ps(half(b.d));
+  widen32(_mm256_sub_epi8(codes(b), _mm256_set1_epi8(16)), d, d, _mm256_setzero_ps(), out);
+}
+inline void widen(const Q8_0::Block& b, float* out) {
+  const __m256 d = _mm256_set1_ps(half(b.d));
+  widen32(load32(b.qs), d, d, _mm256_setzero_ps(), out);
+}
+inline void widen(const Q4_K::Block& b, float* out) {
+  const float d = half(b.d), dmin = half(b.dmin);
+  for (int s = 0; s < 8; ++s) {
+    const __m256i q = load32(b.qs + 32 * (s / 2));
+    const __m256i codes = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
+    const __m256 scale = _mm256_set1_ps(d * static_cast<float>(k_scale(b.scales, s)));
+    widen32(codes, scale, scale, _mm256_set1_ps(dmin * static_cast<float>(k_min(b.scales, s))), out + 32 * s);
+  }
+}
+inline void widen(const Q6_K::Block& b, float* out) {
+  const float d = half(b.d);
+  for (int t = 0; t < 8; ++t) {
+    const int h = t / 4, k = t % 4;
+    const __m256i ql = _mm256_srl_epi16(load32(b.ql + 64 * h + 32 * (k % 2)), _mm_cvtsi32_si128(4 * (k / 2)));
+    const __m256i qh = _mm256_srl_epi16(load32(b.qh + 32 * h), _mm_cvtsi32_si128(2 * k));
+    const __m256i q = _mm256_or_si256(_mm256_and_si256(ql, _mm256_set1_epi8(0x0F)), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(3)), 4));
+    widen32(_mm256_sub_epi8(q, _mm256_set1_epi8(32)), _mm256_set1_ps(d * static_cast<float>(b.scales[2 * t])),
+            _mm256_set1_ps(d * static_cast<float>(b.scales[2 * t + 1])), _mm256_setzero_ps(), out + 32 * t);
+  }
+}
+#endif
+
+#if MINIMIND_AVX512
+// Rows [r, r + 4) of a Q4_0 matrix: one block of all four rows a step in the 128-bit lanes of one
+// register (row i in lanes 4i..4i+3), the activations broadcast to all four, as q4's group
+// kernel multiplies its interleaved rows (q4.hpp); each row's scale read from its own block.
+template <bool Vnni>
+inline void rows4(const View& w, Index r, const int8_t* xq, const float* xd, const int32_t* xs, float* y) {
+  const Q4_0::Block* rows[4];
+  for (int i = 0; i < 4; ++i) rows[i] = blocks_of<Q4_0>(w, r + i);
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  auto product = [&](Index b, __m512 acc) {
+    __m512i v = _mm512_zextsi128_si512(load16(rows[0][b].qs));
+    v = _mm512_inserti32x4(v, load16(rows[1][b].qs), 1);
+    v = _mm512_inserti32x4(v, load16(rows[2][b].qs), 2);
+    v = _mm512_inserti32x4(v, load16(rows[3][b].qs), 3);
+    const __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+    const __m512i x_lo = q4::MINIMIND_TARGET::broadcast_x(xq + 32 * b), x_hi = q4::MINIMIND_TARGET::broadcast_x(xq + 32 * b + 16);
+    const __m512i offset = _mm512_maskz_set1_epi32(0x1111, -8 * xs[b]);
+    __m512i sums;
+    if constexpr (Vnni) {
+      sums = q4::MINIMIND_TARGET::dpbusd(q4::MINIMIND_TARGET::dpbusd(offset, lo, x_lo), hi, x_hi);
+    } else {
+      const __m512i pairs = _mm512_add_epi16(_mm512_maddubs_epi16(lo, x_lo), _mm512_maddubs_epi16(hi, x_hi));
+      sums = _mm512_add_epi32(_mm512_madd_epi16(pairs, _mm512_set1_epi16(1)), offset);
+    }
+    __m128i d = _mm_cvtsi32_si128(rows[0][b].d);
+    d = _mm_insert_epi16(d, rows[1][b].d, 1);
+    d = _mm_insert_epi16(d, rows[2][b].d, 2);
+    d = _mm_insert_epi16(d, rows[3][b].d, 3);
+    const __m128 scales = _mm_mul_ps(_mm_cvtph_ps(d), _mm_set1_ps(xd[b]));
+    return _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, spread, _mm512_zextps128_ps512(scales)), _mm512_cvtepi32_ps(sums), acc);
+  };
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  const Index blocks = w.cols / 32;
+  Index b = 0;
+  for (; b + 2 <= blocks; b += 2) a0 = product(b, a0), a1 = product(b + 1, a1);
+  if (b < blocks) a0 = product(b, a0);
+  _mm_storeu_ps(y + r, q4::MINIMIND_TARGET::lane_sums(_mm512_add_ps(a0, a1)));
+}
+
+// Q4_K's eight 6-bit scales and minima (k_scale, k_min) unpacked from its 12 bytes at once, as
+// the bytes of two words: scales = sub-blocks 0-7's scales, mins = their minima.
+inline void k_scales_and_mins(const uint8_t (&p)[12], uint64_t& scales, uint64_t& mins) {
+  uint32_t w[3];
+  std::memcpy(w, p, 12);
+  const uint32_t six = 0x3F3F3F3Fu, four = 0x0F0F0F0Fu, two = 0x03030303u;
+  scales = (w[0] & six) | uint64_t{(w[2] & four) | ((w[0] >> 6 & two) << 4)} << 32;
+  mins = (w[1] & six) | uint64_t{(w[2] >> 4 & four) | ((w[1] >> 6 & two) << 4)} << 32;
+}
+
+// Q4_K with 64 bytes of codes at a time: qs[64 j .. 64 j + 63] holds sub-blocks [4j | 4j + 2] in
+// its low nibbles and [4j + 1 | 4j + 3] in its high ones; the activations are put in that order
+// by a shuffle of 128-bit lanes. Per sub-block the 6-bit scale multiplies in vpmaddwd, (d xd) in
+// float; the minima's term (dmin m_s xd xs) is one product of 8 lanes per block.
+inline float dot(const Q4_K::Block* b, Index cols, const int8_t* xq, const float* xd, const int32_t* xs) {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  // Int16 lanes 0-15 take sub-block `first`, 16-31 `first + 2`.
+  const __m512i pair = _mm512_maskz_set1_epi16(0xFFFF0000u, 2);
+  // Float lanes 0-7 take activation block `first`, 8-15 `first + 2`.
+  const __m512i pair_f = _mm512_maskz_set1_epi32(0xFF00, 2);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+  __m256 minima = _mm256_setzero_ps();
+  for (Index i = 0; i < cols / 256; ++i) {
+    uint64_t scale_bytes, min_bytes;
+    k_scales_and_mins(b[i].scales, scale_bytes, min_bytes);
+    const __m512i scales = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(scale_bytes))));
+    const __m256 xd8 = _mm256_loadu_ps(xd + 8 * i);
+    const __m512 dx = _mm512_zextps256_ps512(_mm256_mul_ps(_mm256_set1_ps(half(b[i].d)), xd8));
+    const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(min_bytes))));
+    const __m256 xsum = _mm256_mul_ps(xd8, _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + 8 * i))));
+    minima = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half(b[i].dmin)), mins), xsum, minima);
+    for (int j = 0; j < 2; ++j) {
+      const __m512i q = _mm512_loadu_si512(b[i].qs + 64 * j);
+      const __m512i x0 = _mm512_loadu_si512(xq + 256 * i + 128 * j), x1 = _mm512_loadu_si512(xq + 256 * i + 128 * j + 64);
+      const __m512i x_lo = _mm512_shuffle_i64x2(x0, x1, 0x44), x_hi = _mm512_shuffle_i64x2(x0, x1, 0xEE);
+      const __m512i p_lo = _mm512_maddubs_epi16(_mm512_and_si512(q, low), x_lo);
+      const __m512i p_hi = _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(q, 4), low), x_hi);
+      const __m512i first = _mm512_set1_epi16(static_cast<int16_t>(4 * j));
+      const __m512i sc_lo = _mm512_permutexvar_epi16(_mm512_add_epi16(pair, first), scales);
+      const __m512i sc_hi = _mm512_permutexvar_epi16(_mm512_add_epi16(pair, _mm512_add_epi16(first, _mm512_set1_epi16(1))), scales);
+      const __m512i first_f = _mm512_set1_epi32(4 * j);
+      const __m512 dx_lo = _mm512_maskz_permutexvar_ps(0xFFFF, _mm512_add_epi32(pair_f, first_f), dx);
+      const __m512 dx_hi = _mm512_maskz_permutexvar_ps(0xFFFF, _mm512_add_epi32(pair_f, _mm512_add_epi32(first_f, _mm512_set1_epi32(1))), dx);
+      acc0 = _mm512_fmadd_ps(dx_lo, _mm512_cvtepi32_ps(_mm512_madd_epi16(p_lo, sc_lo)), acc0);
+      acc1 = _mm512_fmadd_ps(dx_hi, _mm512_cvtepi32_ps(_mm512_madd_epi16(p_hi, sc_hi)), acc1);
+    }
+  }
+  return simd::hsum(_mm512_add_ps(acc0, acc1)) - simd::hsum(minima);
+}
+
+// Q6_K with 64 bytes at a time: per half h of a block, ql's 64 bytes hold activation blocks
+// 4h + k (k < 4) as [k = 0 | 1] in their low nibbles and [2 | 3] in their high ones, in the order
+// of the activations; qh's 32 bytes, in both 256-bit halves, give the top two bits (bits 2k
+// moved to 4, 5 by a shift per half). Otherwise as the AVX2 kernel.
+inline float dot(const Q6_K::Block* b, Index cols, const int8_t* xq, const float* xd, const int32_t*) {
+  const __m512i low = _mm512_set1_epi8(0x0F), high = _mm512_set1_epi8(0x30), offset = _mm512_set1_epi8(32);
+  const __m512i shift01 = _mm512_mask_set1_epi16(_mm512_set1_epi16(4), 0xFFFF0000u, 2);
+  const __m512i shift23 = _mm512_maskz_set1_epi16(0x0000FFFFu, 2);
+  // Which of the 4 sub-blocks of 16 in a register of 64 codes an int16 pair lane (2 codes) is in.
+  const __m512i quarter = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i half01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i half23 = _mm512_add_epi32(half01, _mm512_set1_epi32(2));
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+  for (Index i = 0; i < cols / 256; ++i) {
+    const __m512i scales = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(load16(b[i].scales)));
+    const __m512 d = _mm512_set1_ps(half(b[i].d));
+    for (int h = 0; h < 2; ++h) {
+      const int8_t* x = xq + 256 * i + 128 * h;
+      const __m512i ql = _mm512_loadu_si512(b[i].ql + 64 * h);
+      const __m512i qh = _mm512_maskz_broadcast_i64x4(0xFF, load32(b[i].qh + 32 * h));
+      const __m512i q01 = _mm512_or_si512(_mm512_and_si512(ql, low), _mm512_and_si512(_mm512_sllv_epi16(qh, shift01), high));
+      const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
+                                          _mm512_and_si512(_mm512_sllv_epi16(_mm512_srli_epi16(qh, 2), shift23), high));
+      const __m512i x01 = _mm512_loadu_si512(x), x23 = _mm512_loadu_si512(x + 64);
+      const __m512i p01 = _mm512_sub_epi16(_mm512_maddubs_epi16(q01, x01), _mm512_maddubs_epi16(offset, x01));
+      const __m512i p23 = _mm512_sub_epi16(_mm512_maddubs_epi16(q23, x23), _mm512_maddubs_epi16(offset, x23));
+      const __m512i base = _mm512_set1_epi16(static_cast<int16_t>(8 * h));
+      const __m512i sc01 = _mm512_permutexvar_epi16(_mm512_add_epi16(quarter, base), scales);
+      const __m512i sc23 = _mm512_permutexvar_epi16(_mm512_add_epi16(quarter, _mm512_add_epi16(base, _mm512_set1_epi16(4))), scales);
+      const __m512 dx = _mm512_mul_ps(d, _mm512_zextps128_ps512(_mm_loadu_ps(xd + 8 * i + 4 * h)));
+      acc0 = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, half01, dx), _mm512_cvtepi32_ps(_mm512_madd_epi16(p01, sc01)), acc0);
+      acc1 = _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, half23, dx), _mm512_cvtepi32_ps(_mm512_madd_epi16(p23, sc23)), acc1);
+    }
+  }
+  return simd::hsum(_mm512_add_ps(acc0, acc1));
 }
 #endif
 
 // Row r of w (type Q) times the quantized activations: the type's own kernel where this target
 // has one, else through the dequantizer.
 template <class Q>
-float row_dot(const View& w, Index r, const int16_t* xq, const float* xd) {
+float row_dot(const View& w, Index r, const DecodeInput& in) {
   const auto* b = blocks_of<Q>(w, r);
-  if constexpr (requires { dot(b, w.cols, xq, xd); }) return dot(b, w.cols, xq, xd);
-  else return dot_widened<Q>(b, w.cols, xq, xd);
+  if constexpr (kInt16Input<Q>) {
+    if constexpr (requires { dot(b, w.cols, in.xq, in.xd); }) return dot(b, w.cols, in.xq, in.xd);
+    else return dot_widened<Q>(b, w.cols, in.xq, in.xd);
+  } else {
+    if constexpr (requires { dot(b, w.cols, in.x8, in.x8_scale, in.x8_sum); }) return dot(b, w.cols, in.x8, in.x8_scale, in.x8_sum);
+    else return dot_widened<Q>(b, w.cols, in.x8, in.x8_scale);
+  }
 }
 
-// Rows [r, r + mr), columns [k0, k0 + kc) widened into out [mr, kc]; k0 is a multiple of the
-// GEMM's 256 columns, so a block never straddles two calls.
+// y[r] for r in [begin, end): Q4_0 on AVX-512 four rows at a time, every other row by row_dot.
+template <class Q>
+void matvec(const View& w, const DecodeInput& in, float* y, Index begin, Index end) {
+  Index r = begin;
+#if MINIMIND_AVX512
+  if constexpr (std::is_same_v<Q, Q4_0>) {
+    const bool vnni = q4::MINIMIND_TARGET::has_vnni();
+    for (; r + 4 <= end; r += 4) {
+      if (vnni) rows4<true>(w, r, in.x8, in.x8_scale, in.x8_sum, y);
+      else rows4<false>(w, r, in.x8, in.x8_scale, in.x8_sum, y);
+    }
+  }
+#endif
+  for (; r < end; ++r) y[r] = row_dot<Q>(w, r, in);
+}
+
+// Rows [r, r + mr), columns [k0, k0 + kc) widened into out [mr, kc], whole blocks by the type's
+// own widen() where this target has one; k0 is a multiple of the GEMM's 256 columns, so a block
+// never straddles two calls.
 inline void widen_block(const View& w, Index r, Index mr, Index k0, Index kc, float* out) {
   with_type(w.type, [&]<class Q>() {
     float values[Q::kValues];
@@ -224,7 +452,8 @@ inline void widen_block(const View& w, Index r, Index mr, Index k0, Index kc, fl
       for (Index c = 0; c < kc; c += Q::kValues) {
         const Index n = std::min<Index>(Q::kValues, kc - c);
         if (n == Q::kValues) {
-          Q::dequantize(b[(k0 + c) / Q::kValues], out + i * kc + c);
+          if constexpr (requires { widen(b[0], out); }) widen(b[(k0 + c) / Q::kValues], out + i * kc + c);
+          else Q::dequantize(b[(k0 + c) / Q::kValues], out + i * kc + c);
         } else {
           Q::dequantize(b[(k0 + c) / Q::kValues], values);
           std::copy_n(values, n, out + i * kc + c);
@@ -240,9 +469,7 @@ inline void widen_block(const View& w, Index r, Index mr, Index k0, Index kc, fl
 namespace minimind::kernels::MINIMIND_TARGET {
 
 inline void matvec(const ggml::View& w, const DecodeInput& in, float* y, Index begin, Index end) {
-  ggml::with_type(w.type, [&]<class Q>() {
-    for (Index r = begin; r < end; ++r) y[r] = ggml::MINIMIND_TARGET::row_dot<Q>(w, r, in.xq, in.xd);
-  });
+  ggml::with_type(w.type, [&]<class Q>() { ggml::MINIMIND_TARGET::matvec<Q>(w, in, y, begin, end); });
 }
 
 inline const float* block(const ggml::View& w, Index r, Index mr, Index k0, Index kc, float* buf, Index& stride) {

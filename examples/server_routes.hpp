@@ -32,7 +32,6 @@
 
 namespace routes {
 
-
 using Json = openai::Json;
 using openai::ApiError;
 using openai::dump;

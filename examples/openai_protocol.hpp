@@ -7,6 +7,7 @@
 #include <minimind/chat_reply.hpp>
 #include <minimind/chat_template.hpp>
 #include <minimind/detail/io/json.hpp>
+#include <minimind/engine.hpp>
 #include <minimind/generate.hpp>
 #include <minimind/json_constraint.hpp>
 #include <minimind/tokenizer.hpp>
@@ -522,6 +523,58 @@ inline void check_constrained_job(const ChatRequest& chat, const Job& job, const
 }
 
 // ---- Replies ----
+
+// How a reply's generation ended, as the protocol reports it.
+struct Outcome {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::string finish_reason;  // "stop" or "length"; empty when cut short
+  bool eos = false;           // the reply ended with an eos id (a constrained one: its document is whole)
+  bool disconnected = false, cancelled = false;  // the client went; the server is shutting down
+};
+
+// A stop string, a reply complete by its receiver's rule and an eos id are "stop"; a reply that
+// ran to max_tokens or the context is "length".
+inline Outcome outcome_of(const minimind::TextOutcome& text) {
+  Outcome outcome;
+  outcome.prompt_tokens = text.engine.prompt_tokens;
+  outcome.completion_tokens = text.completion_tokens;
+  outcome.eos = text.eos;
+  outcome.disconnected = text.gone;
+  outcome.cancelled = text.shut_down;
+  if (text.stop_string || text.enough || text.eos) outcome.finish_reason = "stop";
+  else if (text.complete) outcome.finish_reason = "length";
+  return outcome;
+}
+
+inline Json usage_json(const Outcome& o) {
+  return {{"prompt_tokens", o.prompt_tokens}, {"completion_tokens", o.completion_tokens}, {"total_tokens", o.prompt_tokens + o.completion_tokens}};
+}
+
+// A reply's (or, with `chunk`, a stream chunk's) JSON around its one choice: `fields` (text,
+// message or delta), no logprobs, and `finish_reason` (null while streaming).
+inline Json reply_json(Endpoint endpoint, bool chunk, const std::string& id, int64_t created, const std::string& model,
+                       const Json& fields, const Json& finish_reason) {
+  Json choice = {{"index", 0}};
+  choice.update(fields);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason;
+  const char* object = endpoint == Endpoint::chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return {{"id", id}, {"object", object}, {"created", created}, {"model", model}, {"choices", Json::array({choice})}};
+}
+
+// One server-sent event.
+inline std::string sse_event(const Json& data) { return "data: " + dump(data) + "\n\n"; }
+
+// Tool call ids: the reply's id and the call's index, unique as the reply ids are.
+inline std::string call_id_prefix(const std::string& reply_id) { return "call_" + reply_id.substr(reply_id.find('-') + 1) + "_"; }
+
+inline ApiError busy_error(const minimind::QueueFull& e) {
+  return ApiError(503,
+                  "the server is busy: all " + std::to_string(e.slots) + " slots are in use and " + std::to_string(e.waiting) +
+                      " requests are waiting (--queue " + std::to_string(e.max_queue) + "); retry later",
+                  "server_error", std::nullopt, "server_overloaded");
+}
+inline ApiError shutting_down_error() { return ApiError(503, "the server is shutting down", "server_error", std::nullopt, "shutting_down"); }
 
 // Turns a chat reply's text, as it is generated, into OpenAI `delta` objects, and at the end into
 // the whole `message`: reasoning as reasoning_content, tool calls as tool_calls. A call is sent in

@@ -212,3 +212,40 @@ TEST_CASE("forced tool calls and JSON response formats: the prompt's prefill, th
   CHECK(refused(R"(, "tools": [{"type": "function", "function": {"name": "f", "strict": true}}])") == "tools[0].function.strict");
   CHECK(refused(R"(, "tools": [{"type": "function", "function": {"name": "f", "strict": true}}], "tool_choice": "required")") == "(accepted)");
 }
+
+TEST_CASE("how a generation ended becomes finish_reason and usage; replies and chunks around their one choice") {
+  auto ended = [](auto&& set) {
+    minimind::TextOutcome text;
+    text.engine.prompt_tokens = 7;
+    text.completion_tokens = 3;
+    set(text);
+    return openai::outcome_of(text);
+  };
+  CHECK(ended([](auto& t) { t.complete = t.eos = true; }).finish_reason == "stop");
+  CHECK(ended([](auto& t) { t.complete = true; }).finish_reason == "length");  // max_tokens or a full context
+  CHECK(ended([](auto& t) { t.stop_string = true; }).finish_reason == "stop");
+  CHECK(ended([](auto& t) { t.enough = true; }).finish_reason == "stop");
+  const openai::Outcome gone = ended([](auto& t) { t.gone = true; });
+  CHECK(gone.finish_reason.empty());
+  CHECK(gone.disconnected);
+  const openai::Outcome shut_down = ended([](auto& t) { t.shut_down = true; });
+  CHECK(shut_down.finish_reason.empty());
+  CHECK(shut_down.cancelled);
+  CHECK(openai::usage_json(shut_down) == Json::parse(R"({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10})"));
+
+  CHECK(openai::reply_json(openai::Endpoint::chat, false, "chatcmpl-1", 5, "demo", {{"message", {{"role", "assistant"}}}}, "stop") ==
+        Json::parse(R"({"id": "chatcmpl-1", "object": "chat.completion", "created": 5, "model": "demo",
+                        "choices": [{"index": 0, "message": {"role": "assistant"}, "logprobs": null, "finish_reason": "stop"}]})"));
+  const Json chunk = openai::reply_json(openai::Endpoint::chat, true, "chatcmpl-1", 5, "demo", {{"delta", {{"content", "x"}}}}, nullptr);
+  CHECK(chunk["object"] == "chat.completion.chunk");
+  CHECK(chunk["choices"][0]["finish_reason"].is_null());
+  CHECK(openai::reply_json(openai::Endpoint::completion, true, "cmpl-1", 5, "demo", {{"text", "x"}}, nullptr)["object"] == "text_completion");
+  CHECK(openai::sse_event(Json{{"a", 1}}) == "data: {\"a\":1}\n\n");
+  CHECK(openai::call_id_prefix("chatcmpl-00ab") == "call_00ab_");
+
+  const openai::ApiError busy = openai::busy_error(minimind::QueueFull(4, 16, 16));
+  CHECK(busy.status == 503);
+  CHECK(std::string(busy.what()) == "the server is busy: all 4 slots are in use and 16 requests are waiting (--queue 16); retry later");
+  CHECK(busy.code == "server_overloaded");
+  CHECK(openai::shutting_down_error().code == "shutting_down");
+}

@@ -1,0 +1,321 @@
+// Engine: requests run together by the scheduler thread give what generate() gives each alone
+// (greedy ids, stop reasons, counts), with prompts prefilled in chunks, KV caches grown in
+// blocks, requests queued behind busy slots, JSON-schema constraints and LoRA adapters mixed with
+// plain requests; submission and cancel from many threads; a full queue; shutdown in flight.
+#include <doctest/doctest.h>
+#include <minimind/engine.hpp>
+
+#include "golden.hpp"
+
+#include <atomic>
+#include <thread>
+
+using namespace minimind;
+using minimind::testing::data_dir;
+using minimind::testing::greedy;
+using minimind::testing::source_dir;
+
+namespace {
+
+const std::filesystem::path demo_dir = source_dir() / "examples" / "models" / "demo";
+
+// Small prefill chunks and KV blocks make prompts run over several steps and caches grow mid-request.
+EngineOptions engine_options(int slots, size_t max_queue = 16, Index context = 0, size_t prefill_rows = 256, Index kv_block = 256) {
+  EngineOptions options;
+  options.slots = slots;
+  options.max_queue = max_queue;
+  options.context = context;
+  options.prefill_rows = prefill_rows;
+  options.kv_block = kv_block;
+  return options;
+}
+
+struct Expected {
+  std::vector<int32_t> ids;
+  StopReason stop;
+};
+
+Expected alone(const MiniMindForCausalLM<float>& model, const std::vector<int32_t>& prompt, const GenerationConfig& config,
+               std::vector<LoraUse> adapters = {}) {
+  auto session = model.new_session();
+  session.set_adapters(std::move(adapters));
+  auto result = generate(model, session, prompt, config);
+  return {std::move(result.ids), result.stop};
+}
+
+// Every id a request generates, read to its end.
+std::vector<int32_t> read_all(RequestHandle<float>& generation) {
+  std::vector<int32_t> all, ids;
+  while (generation.next(ids)) all.insert(all.end(), ids.begin(), ids.end());
+  return all;
+}
+
+// Prompts of several lengths from the demo tokenizer, one longer than a few prefill chunks.
+std::vector<std::vector<int32_t>> demo_prompts(const Tokenizer& tokenizer) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* text : {"今天天气", "小明家养了一只猫", "这块石头很硬", "你好", "天气"}) prompts.push_back(tokenizer.encode(text));
+  std::vector<int32_t> long_prompt;
+  while (long_prompt.size() < 70) {
+    const auto more = tokenizer.encode("小明家养了一只猫，今天天气很好。");
+    long_prompt.insert(long_prompt.end(), more.begin(), more.end());
+  }
+  prompts.insert(prompts.begin() + 2, long_prompt);
+  return prompts;
+}
+
+}  // namespace
+
+TEST_CASE("prompts through the Engine give generate()'s greedy ids, on the demo model and every own golden case") {
+  // Small prefill chunks and KV blocks, and fewer slots than requests: prompts are prefilled over
+  // several steps beside others' decoding, caches grow mid-request, and requests wait their turn.
+  const EngineOptions options = engine_options(3, 16, 128, 16, 8);
+  SUBCASE("the demo model, eos ids on") {
+    const auto checkpoint = load_pretrained<float>(demo_dir);
+    const auto prompts = demo_prompts(checkpoint.require_tokenizer());
+    const std::vector<int64_t> max_tokens = {40, 7, 25, 60, 3, 33};
+    std::vector<GenerationConfig> configs;
+    for (int64_t max : max_tokens) {
+      GenerationConfig config = checkpoint.generation;
+      config.sampling.temperature = 0;
+      config.max_new_tokens = max;
+      configs.push_back(config);
+    }
+    Engine engine(checkpoint.model, options);
+    std::vector<RequestHandle<float>> replies;
+    for (size_t i = 0; i < prompts.size(); ++i) replies.push_back(engine.submit({prompts[i], configs[i]}));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      const Expected expected = alone(checkpoint.model, prompts[i], configs[i]);
+      CHECK(read_all(replies[i]) == expected.ids);
+      const EngineOutcome outcome = replies[i].outcome();
+      CHECK(outcome.stop == expected.stop);
+      CHECK(outcome.prompt_tokens == static_cast<int64_t>(prompts[i].size()));
+      CHECK(outcome.generated_tokens == static_cast<int64_t>(expected.ids.size()));
+      CHECK(!outcome.cancelled);
+      CHECK(outcome.error.empty());
+    }
+    const EngineStatus status = engine.status();
+    CHECK(status.idle == 3);
+    CHECK(status.queued == 0);
+  }
+  SUBCASE("every own golden case, with a context that fills up") {
+    for (const auto& entry : std::filesystem::directory_iterator(data_dir() / "golden")) {
+      if (!std::filesystem::exists(entry.path() / "expected.json")) continue;
+      const auto golden = minimind::testing::read_golden_case(entry.path());
+      CAPTURE(golden.name);
+      const auto model = MiniMindForCausalLM<float>::from_pretrained(entry.path());
+      Index context = 0;
+      for (const auto& prompt : golden.prompts) context = std::max(context, static_cast<Index>(prompt.ids.size() + prompt.greedy_ids.size()));
+      Engine engine(model, engine_options(2, 16, context, 5, 8));
+      std::vector<RequestHandle<float>> replies;
+      std::vector<Expected> expected;
+      for (const auto& prompt : golden.prompts) {
+        const GenerationConfig config = greedy(static_cast<int64_t>(prompt.greedy_ids.size()));
+        replies.push_back(engine.submit({prompt.ids, config}));
+        expected.push_back({prompt.greedy_ids, StopReason::MaxNewTokens});
+        // The same prompt until the context is full.
+        replies.push_back(engine.submit({prompt.ids, greedy(100000)}));
+        auto session = model.new_session(context);
+        const auto result = generate(model, session, prompt.ids, greedy(100000));
+        expected.push_back({result.ids, StopReason::ContextFull});
+      }
+      for (size_t i = 0; i < replies.size(); ++i) {
+        CAPTURE(i);
+        CHECK(read_all(replies[i]) == expected[i].ids);
+        CHECK(replies[i].outcome().stop == expected[i].stop);
+      }
+    }
+  }
+}
+
+TEST_CASE("a JSON-schema constraint and LoRA adapters mixed with plain requests in one batch") {
+  SUBCASE("constrained and plain on the demo model") {
+    const auto checkpoint = load_pretrained<float>(demo_dir);
+    const Tokenizer& tokenizer = checkpoint.require_tokenizer();
+    GenerationConfig plain = checkpoint.generation;
+    plain.sampling.temperature = 0;
+    plain.max_new_tokens = 30;
+    GenerationConfig constrained = plain;
+    constrained.json_grammar = JsonGrammar::from_schema(
+        nlohmann::json::parse(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},"required":["name","age"]})"),
+        tokenizer);
+    constrained.max_new_tokens = 40;
+    const auto prompts = demo_prompts(tokenizer);
+    Engine engine(checkpoint.model, engine_options(4, 16, 0, 16));
+    std::vector<RequestHandle<float>> replies;
+    for (size_t i = 0; i < prompts.size(); ++i) replies.push_back(engine.submit({prompts[i], i % 2 ? constrained : plain}));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      const Expected expected = alone(checkpoint.model, prompts[i], i % 2 ? constrained : plain);
+      const auto ids = read_all(replies[i]);
+      CHECK(ids == expected.ids);
+      if (i % 2) {
+        // A whole document of the schema, ended by an eos id.
+        REQUIRE(replies[i].outcome().stop == StopReason::EndOfSequence);
+        const auto document = nlohmann::json::parse(tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end() - 1)));
+        CHECK(document.at("name").is_string());
+        CHECK(document.at("age").is_number_integer());
+      }
+    }
+  }
+  SUBCASE("adapters and none on a golden case") {
+    const auto model = MiniMindForCausalLM<float>::from_pretrained(data_dir() / "golden" / "mm2-dense-f32");
+    const auto adapter = std::make_shared<const LoraAdapter>(LoraAdapter::load(data_dir() / "lora" / "adapters" / "mm2-peft"));
+    const std::vector<std::vector<LoraUse>> choices = {{{adapter, 1.0f}}, {}, {{adapter, -0.75f}}, {}};
+    const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 3}, {1, 5, 9, 3}, {1, 40, 2, 33, 7, 8}, {1, 17}};
+    Engine engine(model, engine_options(4));
+    std::vector<RequestHandle<float>> replies;
+    for (size_t i = 0; i < prompts.size(); ++i) replies.push_back(engine.submit({prompts[i], greedy(12), choices[i]}));
+    std::vector<std::vector<int32_t>> got;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      got.push_back(read_all(replies[i]));
+      CHECK(got.back() == alone(model, prompts[i], greedy(12), choices[i]).ids);
+    }
+    CHECK(got[0] != got[1]);  // the adapter changes what is generated
+  }
+}
+
+TEST_CASE("requests submitted and cancelled from several threads") {
+  const auto checkpoint = load_pretrained<float>(demo_dir);
+  const auto prompts = demo_prompts(checkpoint.require_tokenizer());
+  GenerationConfig config = greedy(24);
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& prompt : prompts) expected.push_back(alone(checkpoint.model, prompt, config).ids);
+
+  Engine engine(checkpoint.model, engine_options(3, 64, 0, 16));
+  constexpr size_t kThreads = 4, kRounds = 3;
+  std::atomic<size_t> failures{0}, cancelled{0};
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t round = 0; round < kRounds; ++round) {
+        const size_t p = (t + round) % prompts.size();
+        auto reply = engine.submit({prompts[p], config, {}, 1 + t});
+        // Every other request is cancelled by another thread after its first ids.
+        if ((t + round) % 2 == 0) {
+          std::vector<int32_t> all, ids;
+          if (reply.next(ids)) all = ids;
+          std::thread([&reply] { reply.cancel(); }).join();
+          while (reply.next(ids)) all.insert(all.end(), ids.begin(), ids.end());
+          const auto outcome = reply.outcome();
+          // Cancelled at the next step, or already at its end.
+          if (!(outcome.cancelled || outcome.stop) || !std::equal(all.begin(), all.end(), expected[p].begin())) ++failures;
+          cancelled += outcome.cancelled;
+        } else if (read_all(reply) != expected[p] || reply.outcome().stop != StopReason::MaxNewTokens) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(failures == 0);
+  CHECK(cancelled > 0);
+  CHECK(engine.status().idle == 3);
+}
+
+TEST_CASE("a full queue refuses, a queued request can be cancelled, and a reserved slot counts") {
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(demo_dir);
+  Engine engine(model, engine_options(1, 2));
+  auto slot = engine.reserve_slot();
+  CHECK(slot.wait_started(std::chrono::milliseconds(0)));
+  auto first = engine.submit({{1, 5, 9}, greedy(4)});
+  auto second = engine.submit({{1, 5}, greedy(4)});
+  CHECK(!first.wait_started(std::chrono::milliseconds(20)));
+  const EngineStatus status = engine.status();
+  CHECK(status.idle == 0);
+  CHECK(status.queued == 2);
+  try {
+    engine.submit({{1}, greedy(4)});
+    FAIL("a full queue took a request");
+  } catch (const QueueFull& e) {
+    CHECK(e.slots == 1);
+    CHECK(e.waiting == 2);
+    CHECK(e.max_queue == 2);
+  }
+  first.cancel();
+  CHECK(first.finished());
+  CHECK(first.outcome().cancelled);
+  CHECK(engine.status().queued == 1);
+  slot.cancel();  // the slot goes to the one still waiting
+  CHECK(read_all(second) == alone(model, {1, 5}, greedy(4)).ids);
+  CHECK(engine.status().idle == 1);
+}
+
+TEST_CASE("shutdown with requests running and queued, and handles that outlive the engine") {
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(demo_dir);
+  std::vector<RequestHandle<float>> replies;
+  {
+    Engine engine(model, engine_options(2, 8));
+    for (int i = 0; i < 5; ++i) replies.push_back(engine.submit({{1, 5, 9, static_cast<int32_t>(3 + i)}, greedy(100000)}));
+    std::vector<int32_t> ids;
+    REQUIRE(replies[0].next(ids));  // running
+    engine.shutdown();
+    CHECK(engine.stopping());
+    CHECK_THROWS_AS(engine.submit({{1}, greedy(4)}), ShuttingDown);
+    for (size_t i = 2; i < replies.size(); ++i) {  // were waiting: ended at once
+      CHECK(replies[i].finished());
+      CHECK(replies[i].outcome().shut_down);
+    }
+    read_all(replies[0]);
+    CHECK(replies[0].outcome().shut_down);
+  }  // destroyed with replies[1] perhaps not read
+  read_all(replies[1]);
+  CHECK(replies[1].outcome().shut_down);
+  replies[1].cancel();  // no effect, and safe, after the engine is gone
+}
+
+TEST_CASE("read_text gives generate_text()'s text, cut at a stop string") {
+  const auto checkpoint = load_pretrained<float>(demo_dir);
+  const Tokenizer& tokenizer = checkpoint.require_tokenizer();
+  const auto prompt = tokenizer.encode("小明家养了一只");
+  GenerationConfig config = checkpoint.generation;
+  config.sampling.temperature = 0;
+  config.max_new_tokens = 20;
+  std::string whole;
+  auto session = checkpoint.model.new_session();
+  const auto result = generate_text(checkpoint.model, tokenizer, session, prompt, config, [&](std::string_view piece) {
+    whole += piece;
+    return true;
+  });
+  REQUIRE(whole.size() > 6);
+  Engine engine(checkpoint.model);
+  auto read = [&](std::vector<std::string> stop, std::string& text) {
+    auto reply = engine.submit({prompt, config});
+    return read_text(reply, tokenizer, config, std::move(stop), [&](std::string_view piece) {
+      text += piece;
+      return Delivery::more;
+    });
+  };
+  std::string text;
+  const TextOutcome full = read({}, text);
+  CHECK(text == whole);
+  CHECK(full.complete);
+  CHECK(full.eos == (result.stop == StopReason::EndOfSequence));
+  CHECK(full.completion_tokens == static_cast<int64_t>(result.ids.size()) - (full.eos ? 1 : 0));
+  // A stop string taken from the middle of the text, spanning tokens or not: the text before it.
+  const std::string stop = whole.substr(3, 3);
+  text.clear();
+  const TextOutcome cut = read({stop}, text);
+  CHECK(text == whole.substr(0, whole.find(stop)));
+  CHECK(cut.stop_string);
+  CHECK(!cut.complete);
+  CHECK(engine.status().idle == engine.options().slots);
+}
+
+TEST_CASE("requests the engine cannot run are refused with a reason") {
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(demo_dir);
+  Engine engine(model, engine_options(4, 16, 16));
+  CHECK_THROWS_WITH_AS(engine.submit({{}, greedy(4)}), doctest::Contains("no tokens"), Error);
+  CHECK_THROWS_WITH_AS(engine.submit({std::vector<int32_t>(17, 1), greedy(4)}),
+                       doctest::Contains("more than the context of 16"), Error);
+  CHECK_THROWS_AS(engine.submit({{1, static_cast<int32_t>(model.config().vocab_size)}, greedy(4)}), Error);
+  GenerationConfig bad = greedy(4);
+  bad.sampling.top_p = 0;
+  CHECK_THROWS_WITH_AS(engine.submit({{1}, bad}), doctest::Contains("top_p"), Error);
+  CHECK_THROWS_WITH_AS(Engine(model, engine_options(0)), doctest::Contains("slots must be >= 1"), Error);
+  auto nothing = engine.submit({{1}, greedy(0)});
+  CHECK(nothing.finished());
+  CHECK(read_all(nothing).empty());
+  CHECK(engine.status().idle == engine.options().slots);
+}

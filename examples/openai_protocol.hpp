@@ -56,7 +56,32 @@ inline std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::err
 
 // ---- Request fields ----
 
+// Arrays and objects nested deeper than this are refused before parsing: nlohmann's parser does not
+// recurse, but copying and dumping a value do, so a body of a few hundred thousand brackets would
+// overflow the stack of the thread handling it.
+inline constexpr size_t kMaxBodyDepth = 64;
+
+inline void check_depth(std::string_view text) {
+  size_t depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped character cannot end the string
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if ((c == '[' || c == '{') && ++depth > kMaxBodyDepth) {
+      throw ApiError(400, "the request body nests arrays and objects deeper than " + std::to_string(kMaxBodyDepth) + " levels (at byte " +
+                              std::to_string(i) + ")");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
 inline Json parse_body(const std::string& text) {
+  check_depth(text);
   Json body;
   try {
     body = Json::parse(text);

@@ -9,6 +9,8 @@
 // SIGINT/SIGTERM: stop accepting, answer waiting requests with 503, cut running generations short
 // at their next token, exit 0.
 #include "cli.hpp"
+#include "server_auth.hpp"
+#include "server_deadline.hpp"
 #include "server_routes.hpp"
 
 #include <httplib.h>
@@ -30,6 +32,9 @@ using Model = minimind::MiniMindForCausalLM<float>;
 using openai::ApiError;
 using routes::send_error;
 
+// The longest one socket read or write waits for the client (httplib's default is 5 s).
+constexpr int64_t kIoTimeoutSeconds = 10;
+
 int run(int argc, char** argv) {
   // Block the stop signals in every thread (all are started after this); one thread takes them
   // with sigwait, where stopping the server is safe.
@@ -48,7 +53,10 @@ int run(int argc, char** argv) {
       .value("--queue", "requests that may wait for a slot; more get 503 (default 16)")
       .value("--ctx", "context length of each slot in tokens (default: max_position_embeddings, at most " +
                           std::to_string(Model::kDefaultContext) + ")")
-      .value("--max-body", "largest request body in bytes; larger gets 413 (default 1048576)");
+      .value("--max-body", "largest request body in bytes; larger gets 413 (default 1048576)")
+      .repeatable("--api-key", "a key requests must send as Authorization: Bearer KEY (repeatable; default: none needed)")
+      .repeatable("--api-key-file", "a file of keys, one per line; # starts a comment (repeatable)")
+      .value("--timeout", "seconds a whole request may take, from its headers to its reply's end (default 600)");
   if (!args.parse(argc, argv)) return 0;
   const std::string host = args.get_or("--host", "127.0.0.1");
   const int64_t port = args.int_or("--port", 8080);
@@ -59,6 +67,9 @@ int run(int argc, char** argv) {
   if (queue < 0 || queue > 4096) throw cli::UsageError("--queue must be in [0, 4096]");
   const int64_t max_body = args.int_or("--max-body", 1 << 20);
   if (max_body < 1) throw cli::UsageError("--max-body must be >= 1");
+  const server_auth::ApiKeys keys(args.occurrences({"--api-key", "--api-key-file"}));
+  const int64_t timeout = args.int_or("--timeout", 600);
+  if (timeout < 1 || timeout > 604800) throw cli::UsageError("--timeout must be in [1, 604800] seconds");
 
   const auto dir = cli::model_dir(args);
   auto checkpoint = cli::load_pretrained(args);
@@ -71,6 +82,7 @@ int run(int argc, char** argv) {
   if (model_id.empty()) model_id = "minimind";
 
   routes::Server server(checkpoint, model_id, static_cast<int>(slots), context, static_cast<size_t>(queue));
+  server_deadline::RequestDeadlines deadlines{std::chrono::seconds(timeout)};
   routes::HttpServer http;
   // httplib serves a connection on one pool thread from accept to close; a connection beyond the
   // pool waits unseen (no 503) until one closes. Every admitted request holds a thread while it
@@ -109,6 +121,16 @@ int run(int argc, char** argv) {
     res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
   });
   server.install(http);
+  // Guards (server_auth.hpp, server_deadline.hpp): one socket read or write waits at most
+  // kIoTimeoutSeconds for the client; a request's --timeout starts once its headers are read; a
+  // request without a valid key is refused before its body is read.
+  http.set_read_timeout(std::min<int64_t>(timeout, kIoTimeoutSeconds), 0);
+  http.set_write_timeout(std::min<int64_t>(timeout, kIoTimeoutSeconds), 0);
+  http.set_pre_routing_handler([&keys, &deadlines](const httplib::Request& req, httplib::Response& res) {
+    deadlines.begin(routes::Connection::of(req).fd());
+    return keys.check(req, res);
+  });
+  http.set_logger([&deadlines](const httplib::Request&, const httplib::Response&) { deadlines.end(); });
 
   int bound = static_cast<int>(port);
   if (port == 0) {

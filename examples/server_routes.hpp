@@ -70,6 +70,8 @@ class Connection {
     return Connection(-1);  // not found: treated as connected
   }
 
+  int fd() const { return fd_; }
+
   // True once the peer has closed or reset the connection. Unread bytes (a pipelined request)
   // mean it is still there.
   bool closed() const {

@@ -249,3 +249,35 @@ TEST_CASE("how a generation ended becomes finish_reason and usage; replies and c
   CHECK(busy.code == "server_overloaded");
   CHECK(openai::shutting_down_error().code == "shutting_down");
 }
+
+TEST_CASE("a body nested deeper than 64 levels is a 400 before it is parsed, wherever the nesting is (found by fuzz_openai_request)") {
+  // Copying or dumping such a value recursed once per level and overflowed the handler's stack:
+  // 400 000 brackets under presence_penalty (dumped into its error), or a tool's or
+  // response_format's schema nested 90 000 levels (copied into the request).
+  auto nested = [](size_t levels, const std::string& open, const std::string& inner, const std::string& close) {
+    std::string text;
+    for (size_t i = 0; i < levels; ++i) text += open;
+    text += inner;
+    for (size_t i = 0; i < levels; ++i) text += close;
+    return text;
+  };
+  const std::string messages = R"({"messages": [{"role": "user", "content": "x"}], )";
+  for (const std::string& body :
+       {messages + R"("presence_penalty": )" + nested(400000, "[", "", "]") + "}",
+        messages + R"("tools": [{"type": "function", "function": {"name": "f", "parameters": )" + nested(90000, R"({"items": )", "{}", "}") + "}}]}",
+        messages + R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": )" +
+            nested(40000, R"({"type": "array", "items": )", "{}", "}") + "}}}"}) {
+    try {
+      openai::parse_body(body);
+      FAIL("a body nested " << body.size() << " bytes deep was parsed");
+    } catch (const openai::ApiError& e) {
+      CHECK(e.status == 400);
+      CHECK(std::string(e.what()).find("deeper than 64 levels (at byte ") != std::string::npos);
+    }
+  }
+  // The body's own object is level 1: 63 levels inside it are taken, 64 are not.
+  CHECK(openai::parse_body(R"({"stop": )" + nested(63, "[", "", "]") + "}").is_object());
+  CHECK_THROWS_AS(openai::parse_body(R"({"stop": )" + nested(64, "[", "", "]") + "}"), openai::ApiError);
+  // Brackets inside strings, escaped quotes included, are text.
+  CHECK(openai::parse_body(R"({"prompt": "\")" + nested(100, "[{", "", "}]") + R"(\\"})")["prompt"].get<std::string>().size() == 402);
+}

@@ -894,23 +894,29 @@ TEST_CASE("minimind-server: with minimind-3's template, open_thinking makes the 
   CHECK(server.stop(SIGTERM) == 0);
 }
 
-TEST_CASE("minimind-server: flag errors are one line and exit 1") {
-  for (const auto& flag_case : std::vector<std::pair<std::string, std::string>>{
-           {"--slots 0", "--slots must be in"},
-           {"--port 70000", "--port must be in"},
-           {"--queue -1", "--queue must be in"},
-           {"--ctx 100000", "--ctx must be in"},
-           {"--frobnicate", "unknown flag --frobnicate"},
-           {"--model /nonexistent", "/nonexistent"},
-           {"--port " + std::to_string(demo_server().port()), "cannot listen on 127.0.0.1:"}}) {
+// Each (flags, text): minimind-server exits 1 with one line `minimind-server: error: ...` holding text.
+void check_flag_errors(const std::vector<std::pair<std::string, std::string>>& cases) {
+  for (const auto& flag_case : cases) {
     const std::string &flags = flag_case.first, &needle = flag_case.second;
     const auto r = run_command(program("minimind-server") + " " + flags);
     CAPTURE(flags);
     CAPTURE(r.err);
     CHECK(r.exit_code == 1);
     CHECK(r.err.rfind("minimind-server: error: ", 0) == 0);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK(r.err.find(needle) != std::string::npos);
   }
+}
+
+TEST_CASE("minimind-server: flag errors are one line and exit 1") {
+  check_flag_errors({
+           {"--slots 0", "--slots must be in"},
+           {"--port 70000", "--port must be in"},
+           {"--queue -1", "--queue must be in"},
+           {"--ctx 100000", "--ctx must be in"},
+           {"--frobnicate", "unknown flag --frobnicate"},
+           {"--model /nonexistent", "/nonexistent"},
+           {"--port " + std::to_string(demo_server().port()), "cannot listen on 127.0.0.1:"}});
 }
 
 TEST_CASE("minimind-server: Ctrl-C stops it with exit 0") {
@@ -950,18 +956,24 @@ std::filesystem::path write_slow_checkpoint() {
   return dir;
 }
 
+// A loopback connection to the server, for clients that misbehave.
+int connect_to(const ServerProcess& server) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(server.port()));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  return fd;
+}
+
 // A client on a plain socket that sends one request and hangs up when told to: the test decides
 // when the connection closes, rather than a client read timeout racing the server.
 class HangingUpClient {
  public:
   HangingUpClient(const ServerProcess& server, const std::string& path, const Json& body) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd_ >= 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(server.port()));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+    fd_ = connect_to(server);
     const std::string payload = body.dump();
     const std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
                                 "Content-Length: " + std::to_string(payload.size()) + "\r\n\r\n" + payload;
@@ -1129,5 +1141,127 @@ TEST_CASE("minimind-server: / serves the page; POST /v1/inspect returns the libr
   std::string long_prompt;
   for (int i = 0; i < 300; ++i) long_prompt += "天气 ";
   check_error_body(post_json(server, "/v1/inspect", {{"prompt", long_prompt}, {"attention", true}}, 400), "invalid_request_error", "prompt");
+  CHECK(server.stop(SIGTERM) == 0);
+}
+
+// ---- Keys and timeouts (examples/server_auth.hpp, examples/server_deadline.hpp) ----
+
+TEST_CASE("minimind-server: with keys, every request but /, /health and preflights needs Authorization: Bearer <one of them>") {
+  const auto dir = scratch_dir("api_key_file");
+  write_file(dir / "keys.txt", "# the team's keys\n\n  key-from-file  \r\nsecond-file-key\n");
+  ServerProcess server("keys", {"--api-key", "key-one", "--api-key-file", (dir / "keys.txt").string(), "--slots", "1", "--threads", "1"});
+  const std::string completion = Json{{"prompt", "你好"}, {"max_tokens", 2}}.dump();
+  auto send = [&](const std::string& method, const std::string& path, const std::optional<std::string>& authorization) {
+    auto client = server.client();
+    httplib::Headers headers;
+    if (authorization) headers.emplace("Authorization", *authorization);
+    auto res = method == "GET" ? client.Get(path.c_str(), headers) : client.Post(path.c_str(), headers, completion, "application/json");
+    REQUIRE_MESSAGE(res, method << " " << path << ": " << httplib::to_string(res.error()));
+    return *res;
+  };
+
+  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/v1/models"}, {"GET", "/v1/models/demo"}, {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
+           {"POST", "/v1/inspect"}, {"GET", "/no-such-page"}}) {
+    for (const std::optional<std::string>& authorization :
+         std::vector<std::optional<std::string>>{std::nullopt, "Bearer", "Bearer ", "Bearer key-on", "Bearer key-onf", "Bearer key-one-",
+                                                 "Basic key-one", "key-one", "Bearer " + std::string(300, 'k')}) {
+      CAPTURE(method);
+      CAPTURE(path);
+      CAPTURE(authorization.value_or("(none)"));
+      const auto res = send(method, path, authorization);
+      CHECK(res.status == 401);
+      CHECK(res.get_header_value("WWW-Authenticate") == "Bearer");
+      const Json body = Json::parse(res.body);
+      check_error_body(body, "invalid_request_error", nullptr);
+      CHECK(body["error"]["code"] == "invalid_api_key");
+    }
+  }
+  // Every key works, from the flag and from the file; the scheme's case does not matter.
+  for (const std::string key : {"key-one", "key-from-file", "second-file-key"}) {
+    CAPTURE(key);
+    CHECK(send("GET", "/v1/models", "Bearer " + key).status == 200);
+    const auto res = send("POST", "/v1/completions", "bearer  " + key);
+    CHECK(res.status == 200);
+    CHECK(Json::parse(res.body)["usage"]["completion_tokens"].get<int>() <= 2);
+  }
+  // A valid key does not turn a bad request into anything but its own error.
+  CHECK(send("GET", "/no-such-page", "Bearer key-one").status == 404);
+  // Open: the page, /health, and CORS preflights (browsers send those without credentials).
+  CHECK(send("GET", "/health", std::nullopt).status == 200);
+  const auto page = send("GET", "/", std::nullopt);
+  CHECK(page.status == 200);
+  CHECK(page.body.find("data-testid=\"prompt\"") != std::string::npos);
+  auto client = server.client();
+  auto preflight = client.Options("/v1/chat/completions");
+  REQUIRE(preflight);
+  CHECK(preflight->status == 204);
+  CHECK(server.stop(SIGTERM) == 0);
+}
+
+TEST_CASE("minimind-server: key and timeout flag errors are one line and exit 1") {
+  const auto dir = scratch_dir("server_key_files");
+  write_file(dir / "empty.txt", "");
+  write_file(dir / "comments.txt", "# no keys yet\n\n   \n");
+  write_file(dir / "spaced.txt", "good-key\nbad key\n");
+  check_flag_errors({
+           {"--api-key-file " + (dir / "missing.txt").string(), "missing.txt: cannot read it"},
+           {"--api-key-file " + dir.string(), "cannot read it"},
+           {"--api-key-file " + (dir / "empty.txt").string(), "empty.txt: holds no keys"},
+           {"--api-key-file " + (dir / "comments.txt").string(), "comments.txt: holds no keys"},
+           {"--api-key-file " + (dir / "spaced.txt").string(), "spaced.txt line 2: an API key is printable ASCII without spaces; byte 3 is 32"},
+           {"--api-key ''", "--api-key: an API key must not be empty"},
+           {"--api-key " + std::string(257, 'k'), "an API key is at most 256 bytes"},
+           {"--timeout 0", "--timeout must be in [1, 604800]"},
+           {"--timeout soon", "--timeout: \"soon\" is not an integer"}});
+}
+
+TEST_CASE("minimind-server: --timeout cuts off a client that trickles its body or never reads its reply; the server stays healthy") {
+  const auto model_dir = write_slow_checkpoint();
+  ServerProcess server("timeout", {"--model", model_dir.string(), "--timeout", "2", "--slots", "1", "--threads", "1"});
+
+  // A body sent a byte every 200 ms never lets one read wait long enough to time out; the whole
+  // request's limit ends it.
+  const int fd = connect_to(server);
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n";
+  REQUIRE(::send(fd, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size()));
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() - start < 20s) {
+    closed = ::send(fd, " ", 1, MSG_NOSIGNAL) != 1;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 200) > 0) {
+      char buffer[512];
+      closed = closed || ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT) <= 0 || (p.revents & (POLLHUP | POLLERR)) != 0;
+    }
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ::close(fd);
+  CHECK(closed);
+  CHECK(elapsed >= 1500ms);
+  CHECK(elapsed < 10s);
+
+  // A long stream whose client never reads: cut off too, and its slot freed.
+  {
+    HangingUpClient deaf(server, "/v1/completions", Json{{"prompt", "今天天气"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}});
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    bool busy = false, freed = false;
+    while (!freed && std::chrono::steady_clock::now() < deadline) {
+      const bool idle = get_json(server, "/health")["slots_idle"] == 1;
+      busy = busy || !idle;
+      freed = busy && idle;
+      std::this_thread::sleep_for(20ms);
+    }
+    CHECK(busy);
+    CHECK(freed);
+  }
+  const std::string log = server.log();
+  INFO(log);
+  const std::string cut_off = "ran past --timeout 2 s";
+  size_t cut_offs = 0;
+  for (size_t at = log.find(cut_off); at != std::string::npos; at = log.find(cut_off, at + 1)) ++cut_offs;
+  CHECK(cut_offs == 2);
+  // Healthy: a request after them is answered.
+  CHECK(post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 2}})["usage"]["completion_tokens"].get<int>() <= 2);
   CHECK(server.stop(SIGTERM) == 0);
 }

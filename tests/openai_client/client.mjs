@@ -1,7 +1,7 @@
 // The official openai npm client against a running minimind-server: lists the models, completes a
 // chat, streams the same chat, runs a tool round trip and a json_schema reply, and reads the
 // server's errors as the client's typed exceptions.
-// Usage: node client.mjs http://127.0.0.1:PORT/v1
+// Usage: node client.mjs http://127.0.0.1:PORT/v1 [API_KEY]  (the server's --api-key, when it has one)
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -10,8 +10,9 @@ if (!baseURL) {
   console.error('usage: node client.mjs BASE_URL (e.g. http://127.0.0.1:8080/v1)');
   process.exit(2);
 }
-// The server wants no key; the client insists on one. No retries: a failure must show.
-const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+// Without API_KEY the server wants no key, but the client insists on one. No retries: a failure must show.
+const apiKey = process.argv[3];
+const client = new OpenAI({ baseURL, apiKey: apiKey ?? 'unused', maxRetries: 0, timeout: 60_000 });
 
 let passed = 0;
 let failed = 0;
@@ -232,6 +233,16 @@ await check('response_format json_schema: the content parses and follows the sch
   assert.deepEqual(Object.keys(pet).filter((k) => !['animal', 'age', 'names'].includes(k)), []);
   assert.equal(reply.choices[0].finish_reason, 'stop');
 });
+
+if (apiKey) {
+  await check('a wrong key is an AuthenticationError with code invalid_api_key', async () => {
+    const wrong = new OpenAI({ baseURL, apiKey: apiKey + 'x', maxRetries: 0, timeout: 60_000 });
+    const error = await wrong.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }).then(() => null, (e) => e);
+    assert.ok(error instanceof OpenAI.AuthenticationError, `got ${error?.constructor?.name}`);
+    assert.equal(error.status, 401);
+    assert.equal(error.code, 'invalid_api_key');
+  });
+}
 
 console.log(`openai client: ${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);

@@ -1,10 +1,11 @@
 // Drives minimind-server's page in headless Chromium: a chat reply streams into `reply`; inspecting
 // 今天天气 shows 很 first with the probability minimind-next printed; the page shows the tokens/s
 // it measured (from the stream's usage chunk); no page error and no request
-// to any host but the server. Usage: node page.mjs SERVER_URL EXPECTED_PROBABILITY SCREENSHOT
+// to any host but the server; with API_KEY (the server's --api-key) the page asks for the key
+// exactly once. Usage: node page.mjs SERVER_URL EXPECTED_PROBABILITY SCREENSHOT [API_KEY]
 import puppeteer from "puppeteer-core";
 
-const [url, expectedProbability, screenshot] = process.argv.slice(2);
+const [url, expectedProbability, screenshot, apiKey] = process.argv.slice(2);
 if (!url || !expectedProbability || !screenshot) throw new Error("usage: node page.mjs SERVER_URL EXPECTED_PROBABILITY SCREENSHOT");
 const origin = new URL(url).origin;
 const problems = [];
@@ -18,8 +19,11 @@ const browser = await puppeteer.launch({
 try {
   const page = await browser.newPage();
   await page.setViewport({ width: 1366, height: 900 });
+  let keyPrompts = 0;
+  page.on("dialog", (dialog) => { keyPrompts++; return apiKey ? dialog.accept(apiKey) : dialog.dismiss(); });
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
-  page.on("console", (m) => { if (m.type() === "error") problems.push("console error: " + m.text()); });
+  // With a key, the first request's 401 (which makes the page ask) is logged by Chromium as an error.
+  page.on("console", (m) => { if (m.type() === "error" && !(apiKey && m.text().includes("status of 401"))) problems.push("console error: " + m.text()); });
   await page.setRequestInterception(true);
   page.on("request", (request) => {
     const target = request.url();
@@ -80,6 +84,7 @@ try {
   await page.select("#layer", "1");
   await page.select("#head", "1");
   await page.screenshot({ path: screenshot, fullPage: true });
+  if (keyPrompts !== (apiKey ? 1 : 0)) problems.push(`the page asked for the API key ${keyPrompts} times`);
 } finally {
   await browser.close();
 }

@@ -1,6 +1,7 @@
 // minimind-chat: a multi-turn conversation on stdin/stdout. Each turn re-renders the whole
 // conversation with the checkpoint's chat template, keeps the KV cache for the part that did not
-// change, and drops the oldest turns when the conversation outgrows the context.
+// change, and drops the oldest turns when the conversation outgrows the context. With --tools the
+// model may answer with tool calls; "/tool RESULT" gives it the tool's result as a tool message.
 #include "cli.hpp"
 
 #include <unistd.h>
@@ -18,11 +19,13 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 }
 
 int run(int argc, char** argv) {
-  cli::Args args("minimind-chat", "chat with a MiniMind checkpoint; /reset starts over, /exit or Ctrl-D quits");
+  cli::Args args("minimind-chat",
+                 "chat with a MiniMind checkpoint; /tool RESULT answers a tool call, /reset starts over, /exit or Ctrl-D quits");
   cli::sampling_flags(cli::lora_flags(cli::model_flag(args)))
       .value("--system", "system message")
       .toggle("--think", "on minimind-3: leave the think block open for reasoning")
       .toggle("--hide-thinking", "print only the answer, not the reasoning in <think>...</think>")
+      .value("--tools", "FILE: a JSON array of OpenAI function tools the model may call")
       .value("--ctx", "context length in tokens (default: max_position_embeddings, at most " +
                           std::to_string(minimind::MiniMindForCausalLM<float>::kDefaultContext) + ")");
   if (!args.parse(argc, argv)) return 0;
@@ -41,6 +44,18 @@ int run(int argc, char** argv) {
   if (args.has("--think")) options.open_thinking = true;
   minimind::ChatReplyOptions reply_options;
   reply_options.starts_in_thinking = minimind::reply_starts_in_thinking(chat_template, options);
+  if (auto file = args.get("--tools")) {
+    const auto tools = minimind::io::read_json_file<nlohmann::ordered_json>(*file);
+    if (!tools.is_array()) throw cli::UsageError("--tools " + *file + ": expected a JSON array of tools");
+    options.tools.assign(tools.begin(), tools.end());
+    reply_options.tool_calls = true;
+    for (const auto& tool : tools) {  // a call must name one of them
+      const bool named = tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
+                         tool["function"].contains("name") && tool["function"]["name"].is_string();
+      if (!named) throw cli::UsageError("--tools " + *file + ": every tool needs a function.name");
+      reply_options.tool_names.push_back(tool["function"]["name"].get<std::string>());
+    }
+  }
   std::vector<minimind::ChatMessage> history;
   if (auto system = args.get("--system")) history.emplace_back("system", *system);
   const size_t kept = history.size();  // the system message is never dropped
@@ -64,7 +79,11 @@ int run(int argc, char** argv) {
       continue;
     }
     if (line.empty()) continue;
-    history.emplace_back("user", line);
+    if (line.starts_with("/tool ")) {
+      history.emplace_back("tool", line.substr(6));
+    } else {
+      history.emplace_back("user", line);
+    }
 
     // Room for the reply: at least a quarter of the context, or max_new_tokens if smaller.
     const int64_t reply_room = std::max<int64_t>(1, std::min<int64_t>(config.max_new_tokens, context / 4));

@@ -322,6 +322,10 @@ class ReplyPrinter {
       } else {
         end_thinking("\n\n");
       }
+      if (delta.kind == minimind::ChatReplyDelta::Kind::tool_call) {
+        // The call as the model asked for it; its arguments are a JSON string.
+        std::printf("%stool call: %s(%s)", delta.index > 0 ? "\n" : "", delta.call.name.c_str(), delta.call.arguments.get<std::string>().c_str());
+      }
       std::fwrite(delta.text.data(), 1, delta.text.size(), stdout);
     }
     std::fflush(stdout);

@@ -410,7 +410,9 @@ inline std::shared_ptr<const minimind::JsonGrammar> schema_grammar(const Json& s
 }
 
 // A tool's parameters schema; none means no arguments.
-inline Json tool_parameters(const Json& tool) { return tool["function"].value("parameters", Json{{"type", "object"}}); }
+inline Json tool_parameters(const Json& tool) {
+  return tool["function"].value("parameters", Json{{"type", "object"}, {"additionalProperties", false}});
+}
 
 inline constexpr const char* kToolChoiceForms =
     "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}";

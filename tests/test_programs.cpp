@@ -102,17 +102,16 @@ TEST_CASE("minimind-generate on the demo model says what it learned, as a chat t
 }
 
 TEST_CASE("minimind-generate and minimind-chat show the reasoning apart from the answer, or hide it") {
-  const auto dir = demo_with_minimind3_template("programs_minimind3_template");
-  if (!dir) return;
-  // The library's greedy reply to a prompt that opens the think block: the demo model never
-  // closes it, so all of it is reasoning.
-  const auto model = MiniMindForCausalLM<float>::from_pretrained(*dir);
-  const auto tokenizer = Tokenizer::from_pretrained(*dir);
+  // The demo model's template is minimind-3's. The library's greedy reply to a prompt that opens
+  // the think block: the reasoning, then the answer.
+  const auto dir = source_dir() / "examples" / "models" / "demo";
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(dir);
+  const auto tokenizer = Tokenizer::from_pretrained(dir);
   ChatOptions options;
   options.add_generation_prompt = true;
   options.open_thinking = true;
-  const auto prompt = tokenizer.encode(ChatTemplate(tokenizer.chat_template()).render({{"user", "小明家养了一只"}}, options));
-  GenerationConfig config = GenerationConfig::from_pretrained(*dir, model.config(), &tokenizer);
+  const auto prompt = tokenizer.encode(ChatTemplate(tokenizer.chat_template()).render({{"user", "你好"}}, options));
+  GenerationConfig config = GenerationConfig::from_pretrained(dir, model.config(), &tokenizer);
   config.sampling.temperature = 0;
   config.max_new_tokens = 12;
   auto session = model.new_session(256);
@@ -127,17 +126,17 @@ TEST_CASE("minimind-generate and minimind-chat show the reasoning apart from the
   REQUIRE(!reply.reasoning.empty());
   const std::string shown = "thinking: " + reply.reasoning + (reply.content.empty() ? "" : "\n\n" + reply.content) + "\n";
 
-  const std::string flags = " --model " + dir->string() + " --temperature 0 --max-new-tokens 12";
-  const std::string gen = program("minimind-generate") + flags + " --prompt 小明家养了一只 --chat --think";
+  const std::string flags = " --model " + dir.string() + " --temperature 0 --max-new-tokens 12";
+  const std::string gen = program("minimind-generate") + flags + " --prompt 你好 --chat --think";
   auto r = run_command(gen);
   CAPTURE(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out == shown);
   CHECK(run_command(gen + " --hide-thinking").out == reply.content + "\n");
-  CHECK(run_command(program("minimind-chat") + flags + " --think", "小明家养了一只\n").out == shown);
-  CHECK(run_command(program("minimind-chat") + flags + " --think --hide-thinking", "小明家养了一只\n").out == reply.content + "\n");
+  CHECK(run_command(program("minimind-chat") + flags + " --think", "你好\n").out == shown);
+  CHECK(run_command(program("minimind-chat") + flags + " --think --hide-thinking", "你好\n").out == reply.content + "\n");
   // Without --think the prompt closes the think block: the reply is all answer, as written.
-  r = run_command(program("minimind-generate") + flags + " --prompt 小明家养了一只 --chat");
+  r = run_command(program("minimind-generate") + flags + " --prompt 你好 --chat");
   CHECK(r.out.rfind("thinking: ", 0) == std::string::npos);
   check_error(run_command(program("minimind-generate") + " --prompt hi --hide-thinking"), "minimind-generate", "--hide-thinking need --chat");
 }
@@ -184,6 +183,36 @@ TEST_CASE("minimind-chat runs a piped conversation with /reset and ends at EOF")
   const auto again = run_command(program("minimind-chat") + " --temperature 0 --max-new-tokens 12", "这块石头\n/exit\n今天天气\n");
   CHECK(again.exit_code == 0);
   CHECK(again.out == r.out.substr(r.out.find('\n') + 1));  // after /reset the second reply is as if first
+}
+
+// The demo model's tool round trip (golden.json's chats tool_weather and tool_weather_answer):
+// offered its tools, it calls get_weather; "/tool RESULT" gives it the result, and it answers.
+TEST_CASE("minimind-chat --tools: the demo model's call is shown, and /tool sends the result back") {
+  const auto demo = source_dir() / "examples" / "models" / "demo";
+  const auto golden = nlohmann::ordered_json::parse(read_file(demo / "golden.json"));
+  nlohmann::ordered_json call, answer;
+  for (const auto& chat : golden.at("chats")) {
+    if (chat.at("name") == "tool_weather") call = chat;
+    if (chat.at("name") == "tool_weather_answer") answer = chat;
+  }
+  REQUIRE(!call.is_null());
+  REQUIRE(!answer.is_null());
+  const auto& function = call.at("reply").at("tool_calls").at(0).at("function");
+  const auto dir = scratch_dir("chat_tools");
+  write_file(dir / "tools.json", call.at("tools").dump());
+  const std::string chat = program("minimind-chat") + " --temperature 0 --max-new-tokens 64 --tools " + (dir / "tools.json").string();
+  const std::string question = call.at("messages").at(0).at("content").get<std::string>() + "\n";
+  const std::string result = answer.at("messages").at(2).at("content").get<std::string>();
+  const auto r = run_command(chat, question + "/tool " + result + "\n");
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == "tool call: " + function.at("name").get<std::string>() + "(" + detail::tojson(function.at("arguments")) + ")\n" +
+                     answer.at("greedy_text").get<std::string>() + "\n");
+  check_error(run_command(program("minimind-chat") + " --tools " + (dir / "absent.json").string()), "minimind-chat", "absent.json: cannot open");
+  write_file(dir / "object.json", "{}");
+  check_error(run_command(program("minimind-chat") + " --tools " + (dir / "object.json").string()), "minimind-chat", "expected a JSON array");
+  write_file(dir / "nameless.json", R"([{"type": "function", "function": {"parameters": {}}}])");
+  check_error(run_command(program("minimind-chat") + " --tools " + (dir / "nameless.json").string()), "minimind-chat", "every tool needs a function.name");
 }
 
 TEST_CASE("--dtype and --threads: every weight format and thread count gives the reference greedy ids") {

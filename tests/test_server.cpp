@@ -596,16 +596,16 @@ TEST_CASE("minimind-server: every request field is honoured or refused with a 40
   check_error_body(post_json(server, "/v1/completions", Json{{"prompt", "x"}, {"suffix", "y"}}, 400), "invalid_request_error", "suffix");
   check_error_body(post_json(server, "/v1/inspect", Json{{"prompt", "x"}, {"layers", 2}}, 400), "invalid_request_error", "layers");
 
-  // The values that ask for nothing the server does not do, null for any field, and the
-  // thinking switches (which MiniMind2's template does not read, bar enable_thinking false) are
-  // taken: the same greedy reply as the plain request.
+  // The values that ask for nothing the server does not do, null for any field, and
+  // enable_thinking false (which minimind-3's template, the demo's, does not read) are taken: the
+  // same greedy reply as the plain request.
   const Json plain = post_json(server, chat, chat_request("你好"));
   const Json neutral = post_json(server, chat,
                                  with({{"presence_penalty", 0}, {"frequency_penalty", 0.0}, {"logprobs", false}, {"top_logprobs", 0},
                                        {"logit_bias", Json::object()}, {"store", false}, {"n", 1}, {"user", nullptr}, {"modalities", {"text"}},
                                        {"max_completion_tokens", 24}, {"tool_choice", "auto"}, {"parallel_tool_calls", false},
-                                       {"response_format", {{"type", "text"}}}, {"open_thinking", true},
-                                       {"chat_template_kwargs", {{"open_thinking", true}, {"enable_thinking", true}}}}));
+                                       {"response_format", {{"type", "text"}}}, {"open_thinking", false},
+                                       {"chat_template_kwargs", {{"open_thinking", false}, {"enable_thinking", false}}}}));
   CHECK(neutral["choices"][0]["message"] == plain["choices"][0]["message"]);
   CHECK(neutral["usage"] == plain["usage"]);
   CHECK(get_json(server, "/health")["slots_idle"] == 4);
@@ -660,10 +660,10 @@ TEST_CASE("minimind-server: tools, tool_choice and the tool-call history reach t
   CHECK(offered > declined + 100);
   // The history's calls (string and object arguments), reasoning and results.
   CHECK(expect(messages, history, {}, Ordered::object()) > declined + 40);
-  // MiniMind2's template reads enable_thinking: false closes a think block in the prompt.
+  // enable_thinking reaches the template; minimind-3's (the demo's) ignores it.
   ChatOptions no_thinking;
   no_thinking.enable_thinking = false;
-  CHECK(expect(question, {history[0]}, no_thinking, {{"chat_template_kwargs", {{"enable_thinking", false}}}}) > declined);
+  CHECK(expect(question, {history[0]}, no_thinking, {{"chat_template_kwargs", {{"enable_thinking", false}}}}) == declined);
 }
 
 std::filesystem::path write_slow_checkpoint();
@@ -838,16 +838,15 @@ TEST_CASE("minimind-server: 200 json_schema replies from a random-weight model, 
   CHECK(server.stop(SIGTERM) == 0);
 }
 
-// The demo model with minimind-3's chat template (from ../shared): its prompt can open a think
-// block, so the demo model's reply is reasoning.
+// The demo model's chat template is minimind-3's: its prompt can open a think block, and the
+// demo model was trained to reason in it.
 TEST_CASE("minimind-server: with minimind-3's template, open_thinking makes the reply reasoning_content, streamed before any content") {
-  const auto dir = demo_with_minimind3_template("server_minimind3_model");
-  if (!dir) return;
-  ServerProcess server("minimind3_template", {"--model", dir->string(), "--slots", "2", "--threads", "1"});
+  const auto demo = source_dir() / "examples" / "models" / "demo";
+  ServerProcess server("minimind3_template", {"--model", demo.string(), "--slots", "2", "--threads", "1"});
 
   const Local& l = local();
   const ChatTemplate chat_template = ChatTemplate::minimind3();
-  const std::string user = "小明家养了一只";
+  const std::string user = "你好";  // a greeting the demo was trained to reason about
   ChatOptions options;
   options.add_generation_prompt = true;
   options.open_thinking = true;
@@ -928,7 +927,7 @@ TEST_CASE("minimind-server: Ctrl-C stops it with exit 0") {
 // A model slow enough (random weights, hidden 512) that a long stream is still running while
 // the test looks at the queue; the demo tokenizer supplies the text.
 std::filesystem::path write_slow_checkpoint() {
-  const int64_t hidden = 512, kv = 128, ffn = 1536, vocab = 707, layers = 4;
+  const int64_t hidden = 512, kv = 128, ffn = 1536, vocab = 1024, layers = 4;
   io::Json config = tiny_config();
   config["hidden_size"] = hidden;
   config["num_hidden_layers"] = layers;

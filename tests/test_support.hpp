@@ -62,22 +62,6 @@ inline std::string read_file(const std::filesystem::path& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// The demo model with minimind-3's chat template from ../shared (whose generation prompt can open
-// a think block), in a scratch directory named `name`; nullopt, the test skipped, without ../shared.
-inline std::optional<std::filesystem::path> demo_with_minimind3_template(const std::string& name) {
-  const auto shared = shared_dir("minimind");
-  if (!shared) return std::nullopt;
-  const auto demo = source_dir() / "examples" / "models" / "demo";
-  const auto dir = scratch_dir(name);
-  for (const char* file : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"}) {
-    std::filesystem::copy_file(demo / file, dir / file);
-  }
-  auto config = nlohmann::json::parse(read_file(demo / "tokenizer_config.json"));
-  config["chat_template"] = nlohmann::json::parse(read_file(*shared / "minimind-3" / "tokenizer_config.json"))["chat_template"];
-  write_file(dir / "tokenizer_config.json", config.dump());
-  return dir;
-}
-
 }  // namespace minimind::testing
 
 #include <array>

@@ -10,12 +10,24 @@ distribution after the prompt is not a single spike. Around the facts there is f
 from templates (who likes which food, who does what where) with a seeded random choice of
 slot values, for variety.
 
-Usage: demo_corpus.py OUT.txt [--seed N] [--repeat K]
+Chat samples (--chat OUT.jsonl): conversations rendered with the demo's chat template
+(minimind-3's, tools/train_bpe.py CHAT_TEMPLATE, by jinja2 with the template's tojson), one JSON
+string per line, so that minimind-chat and the web page show thinking and tool calls: questions
+about the facts answered with and without a think block, and questions for two made-up tools,
+get_weather(city) and add(a, b) (DEMO_TOOLS, the web page's default tools), answered with a
+<tool_call>, a tool message and an answer that repeats the tool's result.
+
+Usage: demo_corpus.py OUT.txt [--chat OUT.jsonl] [--seed N] [--repeat K]
 """
 import argparse
 import collections
+import json
+import os
 import random
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_bpe import CHAT_TEMPLATE  # noqa: E402
 
 # (sentence, weight). The first sentence of each group is the one greedy decoding must give.
 FACTS = [
@@ -132,9 +144,105 @@ def check(lines):
     assert eng.most_common(1)[0][0] == "eats"
 
 
+# The made-up tools of the chat samples, in the order and key order the web page offers them
+# (examples/web/index.html): the template renders each with tojson, so the prompt the page's
+# default tools make is the one the model was trained on.
+DEMO_TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "查询城市的天气",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "两数相加",
+        "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                       "required": ["a", "b"]}}},
+]
+
+# (question, reasoning, answer): answered after a think block holding the reasoning (2 of 3
+# samples) or an empty one. The reasoning always opens with 用户 / The user, so after an open
+# "<think>\n" (--think, open_thinking) the model starts reasoning rather than closing the block.
+CHAT_QA = [
+    ("今天天气怎么样？", "用户问今天的天气。今天天气很好，适合去公园。", "今天天气很好，我们去公园散步。"),
+    ("小明家养了什么？", "用户问小明家的宠物。小明家养了一只猫。", "小明家养了一只猫，它喜欢吃鱼。"),
+    ("这块石头怎么样？", "用户问这块石头。这块石头很硬。", "这块石头很硬。"),
+    ("你好", "用户在打招呼，我也打招呼。", "你好，很高兴认识你。"),
+    ("你是谁？", "用户问我是谁。我是一个很小的演示模型。", "我是一个很小的演示模型。"),
+    ("What does the cat eat?", "The user asks about the cat. The cat eats fish.", "The cat eats fish."),
+    ("Hello", "The user says hello. I say hello too.", "Hello, how are you?"),
+    ("How is the weather today?", "The user asks about the weather. It is good today.", "The weather is very good today."),
+]
+
+CITIES = [("北京", "Beijing"), ("上海", "Shanghai"), ("广州", "Guangzhou"), ("杭州", "Hangzhou"), ("南京", "Nanjing")]
+WEATHER = [("晴", "sunny"), ("多云", "cloudy"), ("小雨", "rainy"), ("阴", "overcast")]
+
+
+_compiled_template = None
+
+
+def render_chat(messages, tools=None):
+    global _compiled_template
+    if _compiled_template is None:
+        import jinja2  # python3-jinja2: the template rendered by the engine Hugging Face uses
+
+        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+        # Hugging Face's tojson: json.dumps with non-ASCII kept and keys in their given order.
+        env.filters["tojson"] = lambda x: json.dumps(x, ensure_ascii=False)
+        _compiled_template = env.from_string(CHAT_TEMPLATE)
+    return _compiled_template.render(messages=messages, tools=tools, add_generation_prompt=False)
+
+
+def assistant(answer, reasoning=""):
+    return {"role": "assistant", "content": answer, "reasoning_content": reasoning}
+
+
+def tool_round(question, name, arguments, result, answer, reasoning=""):
+    call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": arguments}}
+    return [{"role": "user", "content": question},
+            {"role": "assistant", "content": "", "reasoning_content": reasoning, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(result, ensure_ascii=False)},
+            assistant(answer)]
+
+
+def weather_round(rng):
+    (zh, en), (w_zh, w_en) = rng.choice(CITIES), rng.choice(WEATHER)
+    t = rng.randrange(5, 36)
+    if rng.random() < 0.7:
+        q = rng.choice(["{c}的天气怎么样？", "{c}今天天气如何？", "查一下{c}的天气。"]).format(c=zh)
+        return tool_round(q, "get_weather", {"city": zh}, {"city": zh, "weather": w_zh, "temperature": t},
+                          f"{zh}今天{w_zh}，{t}度。", f"用户想知道{zh}的天气，我调用 get_weather。" if rng.random() < 0.5 else "")
+    q = rng.choice(["What is the weather in {c}?", "How is the weather in {c}?"]).format(c=en)
+    return tool_round(q, "get_weather", {"city": en}, {"city": en, "weather": w_en, "temperature": t},
+                      f"It is {w_en} in {en}, {t} degrees.",
+                      f"The user wants the weather in {en}. I call get_weather." if rng.random() < 0.5 else "")
+
+
+def add_round(rng):
+    a, b = rng.randrange(1, 20), rng.randrange(1, 20)
+    if rng.random() < 0.6:
+        return tool_round(rng.choice(["{a}加{b}等于几？", "算一下{a}加{b}。"]).format(a=a, b=b), "add", {"a": a, "b": b},
+                          {"result": a + b}, f"{a}加{b}等于{a + b}。",
+                          f"用户要算{a}加{b}，我调用 add。" if rng.random() < 0.5 else "")
+    return tool_round(f"What is {a} plus {b}?", "add", {"a": a, "b": b}, {"result": a + b}, f"{a} plus {b} is {a + b}.",
+                      f"The user wants {a} plus {b}. I call add." if rng.random() < 0.5 else "")
+
+
+def make_chat(seed=1234, n_qa=900, n_tools=1500):
+    """Rendered conversations: the facts' questions (with and without tools offered, thinking 2
+    of 3 times), and tool rounds."""
+    rng = random.Random(seed + 1)
+    docs = []
+    for _ in range(n_qa):
+        q, r, a = rng.choice(CHAT_QA)
+        tools = DEMO_TOOLS if rng.random() < 0.3 else None
+        docs.append(render_chat([{"role": "user", "content": q}, assistant(a, r if rng.random() < 2 / 3 else "")], tools))
+    for _ in range(n_tools):
+        docs.append(render_chat((weather_round if rng.random() < 0.5 else add_round)(rng), DEMO_TOOLS))
+    return docs
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
+    ap.add_argument("--chat", help="also write the chat samples here (JSON lines)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--repeat", type=int, default=8, help="copies per unit of weight")
     args = ap.parse_args(argv)
@@ -144,6 +252,12 @@ def main(argv=None):
     n_distinct = len(set(lines))
     print(f"demo_corpus: {len(lines)} lines ({n_distinct} distinct), {sum(len(l) for l in lines)} chars -> {args.out}")
     check(lines)
+    if args.chat:
+        docs = make_chat(args.seed)
+        with open(args.chat, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(d, ensure_ascii=False) + "\n" for d in docs)
+        print(f"demo_corpus: {len(docs)} chat samples ({len(set(docs))} distinct), "
+              f"{sum(len(d) for d in docs)} chars -> {args.chat}")
     return 0
 
 

@@ -7,7 +7,8 @@ Writes into OUTDIR (examples/models/demo/):
   generation_config.json  bos/eos ids and sampling defaults
   model.safetensors       F32 weights, written by hand (no lm_head.weight: tied)
   tokenizer.json, tokenizer_config.json   copied from the BPE training output
-  golden.json             prompts, ids, last-position logits, top-5, greedy continuations
+  golden.json             prompts, ids, last-position logits, top-5, greedy continuations; chats:
+                          conversations rendered with the chat template and their greedy replies
   README.md               what the directory is, how it was made, golden.json's fields
 
 The golden values come from a plain float32 torch forward pass (a KV-cache implementation
@@ -15,7 +16,8 @@ written here from ../shared/golden/README.md "Conventions") over the weights *re
 the written model.safetensors* by an independent reader, so they describe the file, not the
 training state. The script cross-checks that forward against the training module and against
 full recomputation, and asserts what the demo must show (top-1 after 今天天气 is 很; the greedy
-continuations are the learned sentences).
+continuations are the learned sentences; the chats' greedy replies think and call the tools as
+trained).
 
 Usage: export_demo.py TRAIN_PT TOKENIZER_DIR OUTDIR
 """
@@ -23,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import sys
@@ -34,6 +37,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_bpe import Tokenizer  # noqa: E402
 import train_demo_model  # noqa: E402
+import demo_corpus  # noqa: E402
 
 BOS, EOS = 1, 2
 GREEDY_N = 16
@@ -49,6 +53,83 @@ PROMPTS = [
     ("pet2_zh", "小红家养了一只", "狗，它每天都很开心。"),
     ("tom_en", "Tom has a", " small dog."),
 ]
+
+
+CHAT_GREEDY_N = 64
+WEATHER_RESULT = {"city": "北京", "weather": "晴", "temperature": 25}
+
+
+def _user(text):
+    return {"role": "user", "content": text}
+
+
+def _call(name, arguments):
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_0", "type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+
+def _tool(result):
+    return {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(result, ensure_ascii=False)}
+
+
+def _is(expected):
+    return lambda reply: reply == expected
+
+
+def _answers_weather(reply):
+    # The trained form of an answer from get_weather's result. The model is too small (and
+    # trained too briefly) to copy the result's values into it: the form is what it learned.
+    return set(reply) == {"content"} and re.fullmatch(r"\S+今天\S+，\d+度。", reply["content"]) is not None
+
+
+def _calls_add(reply):
+    calls = reply.get("tool_calls", [])
+    return (len(calls) == 1 and calls[0]["function"]["name"] == "add" and reply["content"] == "" and
+            all(isinstance(calls[0]["function"]["arguments"].get(k), int) for k in ("a", "b")))
+
+
+# (name, messages, tools offered, open think block, what the greedy reply must be)
+CHATS = [
+    ("chat_zh", [_user("今天天气怎么样？")], False, False, _is({"content": "今天天气很好，我们去公园散步。"})),
+    ("think_zh", [_user("你好")], False, True, _is({"reasoning_content": "用户在打招呼，我也打招呼。", "content": "你好，很高兴认识你。"})),
+    ("tool_weather", [_user("北京的天气怎么样？")], True, False, _is(_call("get_weather", {"city": "北京"}))),
+    ("tool_weather_answer", [_user("北京的天气怎么样？"), _call("get_weather", {"city": "北京"}), _tool(WEATHER_RESULT)], True, False,
+     _answers_weather),
+    ("tool_add", [_user("3加5等于几？")], True, False, _calls_add),
+]
+
+
+def chat_prompt(messages, tools, think):
+    """The prompt with the generation prompt: minimind-3's closed empty think block, or an open one."""
+    text = demo_corpus.render_chat(messages, demo_corpus.DEMO_TOOLS if tools else None) + "<|im_start|>assistant\n"
+    return text + ("<think>\n" if think else "<think>\n\n</think>\n\n")
+
+
+def reply_of(text, think):
+    """The assistant message a greedy reply is, for the shapes the demo writes (reasoning when the
+    think block was open, then an answer or one call); export checks it by rendering it back."""
+    reply = {}
+    if think:
+        reasoning, _, text = text.partition("\n</think>\n\n")
+        reply["reasoning_content"] = reasoning
+    call = re.fullmatch(r"<tool_call>\n(.*)\n</tool_call>", text, re.S)
+    if call is None:
+        return dict(reply, content=text)
+    try:
+        fields = json.loads(call.group(1))
+    except json.JSONDecodeError:
+        return dict(reply, content=text)
+    return dict(reply, **_call(fields.get("name"), fields.get("arguments")))
+
+
+def expected_reply_text(messages, tools, think, reply):
+    """What the model writes for `reply`: its assistant turn as the template renders it, after the
+    prompt, up to the <|im_end|> it ends with."""
+    prompt = chat_prompt(messages, tools, think)
+    turn = dict({"role": "assistant", "content": ""}, **reply)
+    full = demo_corpus.render_chat(messages + [turn], demo_corpus.DEMO_TOOLS if tools else None)
+    assert full.startswith(prompt) and full.endswith("<|im_end|>\n"), (prompt, full)
+    return full[len(prompt):-len("<|im_end|>\n")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,11 +393,31 @@ def main(argv=None):
         print(f"  {'':15s} greedy -> {g_text!r} ({stop}, min margin {min(g_m):.3f}); "
               f"ignore eos -> {tok.decode(n_ids)!r} (min margin {min(n_m):.3f})")
 
+    chats = []
+    for name, messages, tools, think, wanted in CHATS:
+        text = chat_prompt(messages, tools, think)
+        ids = tok.encode(text)
+        g_ids, g_m = greedy(ref, ids, CHAT_GREEDY_N, stop_at_eos=True)
+        stop = "eos" if g_ids[-1] == EOS else "max_new_tokens"
+        g_text = tok.decode(g_ids, skip_special_tokens=True)
+        reply = reply_of(g_text, think)
+        if not wanted(reply) or stop != "eos" or expected_reply_text(messages, tools, think, reply) != g_text:
+            failures.append(f"chat {name}: greedy {g_text!r} ({stop}) is not what the demo was trained to say")
+        chats.append({"name": name, "messages": messages, "tools": demo_corpus.DEMO_TOOLS if tools else [],
+                      "open_thinking": think, "prompt_text": text, "prompt_ids": ids, "greedy_ids": g_ids,
+                      "greedy_stop": stop, "greedy_text": g_text, "greedy_margins": [round(m, 6) for m in g_m],
+                      "reply": reply})
+        print(f"  chat {name:20s} {len(ids)} prompt ids; greedy -> {g_text!r} ({stop}, min margin {min(g_m):.3f})")
+
     weather = prompts[0]
     assert weather["text"] == "今天天气" and weather["top5_text"][0] == "很", weather["top5_text"]
     assert not failures, "\n".join(failures)
     for p in prompts:
         assert min(p["greedy_margins"]) > 0.05, (p["name"], p["greedy_margins"])
+    # Logits agree within TOLERANCE wherever they are computed, so a margin above twice that
+    # cannot flip a greedy step; the chats' longer prompts leave some steps with small margins.
+    for c in chats:
+        assert min(c["greedy_margins"]) > 4 * TOLERANCE, (c["name"], c["greedy_margins"])
 
     golden = {
         "format": "minimind-demo-golden-1",
@@ -330,12 +431,14 @@ def main(argv=None):
         "greedy_n": GREEDY_N,
         "tolerance": {"logits_max_abs": TOLERANCE, "greedy_ids": "exact"},
         "prompts": prompts,
+        "chat_greedy_n": CHAT_GREEDY_N,
+        "chats": chats,
     }
     with open(os.path.join(args.outdir, "golden.json"), "w", encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")
 
-    write_readme(args.outdir, cfg, log, prompts)
+    write_readme(args.outdir, cfg, log, prompts, chats)
     sizes = {n: os.path.getsize(os.path.join(args.outdir, n)) for n in sorted(os.listdir(args.outdir))}
     print("export_demo: wrote " + ", ".join(f"{n} {s}" for n, s in sizes.items()) +
           f"; total {sum(sizes.values())} bytes")
@@ -349,7 +452,11 @@ project makes itself, so that the programs run on a fresh machine without a down
 checkpoint and without network: `build/bin/minimind-next --prompt 今天天气` ranks 很 first.
 It is trained on a small templated bilingual corpus (tools/demo_corpus.py) and knows little
 more than its sentences, e.g. 今天天气很好，我们去公园散步。 / 小明家养了一只猫，它喜欢吃鱼。 /
-这块石头很硬。 / The cat eats fish.
+这块石头很硬。 / The cat eats fish. It also learned a few chats in minimind-3's chat format: it
+thinks when the think block is left open (`minimind-chat --think`, the web page's Think), and it
+calls two made-up tools, `get_weather(city)` and `add(a, b)`, then answers a tool's result in the
+form it learned (below, "Chats"). It is too small, and trained too briefly, to copy values: the
+arguments of `add` and the weather in the answer are not the ones asked or given.
 
 Everything here is generated by `tools/make_demo.sh` (see tools/README.md); do not edit by hand.
 
@@ -357,9 +464,9 @@ Everything here is generated by `tools/make_demo.sh` (see tools/README.md); do n
 | --- | --- |
 | architecture | hidden {hidden_size}, {num_hidden_layers} layers, {num_attention_heads} heads / {num_key_value_heads} kv heads (head_dim {head_dim}), intermediate {intermediate_size}, vocab {vocab_size}, rms_norm_eps {rms_norm_eps}, rope_theta {rope_theta:g}, max_position_embeddings {max_position_embeddings}, tied embeddings (no `lm_head.weight`) |
 | parameters | {parameters} (F32) |
-| tokenizer | byte-level BPE trained on the corpus (tools/train_bpe.py), MiniMind2's tokenizer.json layout and special tokens (`<|endoftext|>` 0, `<|im_start|>` 1, `<|im_end|>` 2), MiniMind2's chat template |
-| training | {steps} steps of {batch} x {seq_len} tokens, AdamW lr {lr} (cosine), seed {seed}, {threads} thread(s): {train_seconds} s; final loss {final_loss_avg50} (mean of the last 50 steps), eval loss {eval_loss} |
-| sequences | upstream pretraining format `<|im_start|> text <|im_end|>`, packed; {p_bos_pct}% of sequences keep the bos of their first document, the rest start with bare text, so prompts with and without a leading `<|im_start|>` both work |
+| tokenizer | byte-level BPE trained on the corpus (tools/train_bpe.py), MiniMind2's tokenizer.json layout and special tokens (`<|endoftext|>` 0, `<|im_start|>` 1, `<|im_end|>` 2), minimind-3's chat template (tools, tool calls and a think block in every assistant turn) |
+| training | {steps} steps of {batch} x {seq_len} text tokens + {chat_batch} x {chat_seq_len} chat tokens, AdamW lr {lr} (cosine), seed {seed}, {threads} thread(s): {train_seconds} s; final loss {final_loss_avg50} (mean of the last 50 steps), eval loss {eval_loss} |
+| sequences | upstream pretraining format `<|im_start|> text <|im_end|>`, packed; {p_bos_pct}% of sequences keep the bos of their first document, the rest start with bare text, so prompts with and without a leading `<|im_start|>` both work; {chats} chats (tools/demo_corpus.py: the facts as questions, 2 of 3 with reasoning; weather and sums through the tools) rendered with the chat template, packed in a batch of their own |
 
 ## Files
 
@@ -391,6 +498,11 @@ shared/golden/README.md) over the weights read back from `model.safetensors`.
 | `prompts[k].greedy_text` | `greedy_ids` decoded without special tokens: the learned sentence's continuation |
 | `prompts[k].greedy_margins` | top-1 minus top-2 logit at each greedy step |
 | `prompts[k].greedy_ignore_eos_ids`, `_text`, `_margins` | the same with no stop at eos (eos is fed back like any id: `--ignore-eos`), exactly `greedy_n` ids; the text keeps special tokens |
+| `chat_greedy_n` | {chat_greedy_n}: the most new tokens of each chat's greedy run |
+| `chats[k].name`, `.messages`, `.tools`, `.open_thinking` | a conversation (OpenAI-style messages), the tools offered (`[]`: none) and whether the think block is left open |
+| `chats[k].prompt_text`, `.prompt_ids` | the conversation rendered by the chat template (python3-jinja2, Hugging Face's `tojson`) with the generation prompt, and its ids |
+| `chats[k].greedy_ids`, `.greedy_stop`, `.greedy_text`, `.greedy_margins` | as for `prompts` (the text without special tokens) |
+| `chats[k].reply` | the assistant message the greedy text is: `content`, `reasoning_content`, `tool_calls` |
 
 Greedy: run the prompt from an empty KV cache, take the argmax of the last position, feed it
 back one id at a time. The same ids come from recomputing the whole sequence each step.
@@ -400,10 +512,26 @@ back one id at a time. The same ids come from recomputing the whole sequence eac
 | name | prompt | top-5 after the prompt (probability) | greedy continuation |
 | --- | --- | --- | --- |
 {prompt_rows}
+
+## Chats
+
+Greedy replies to conversations in the chat template (`chats` in golden.json; "think": the
+prompt ends in an open `<think>`; "tools": `get_weather` and `add` offered, as the web page's
+"The demo model's tools" button offers them):
+
+| name | conversation | greedy reply (`<think>`/`<tool_call>` as written) |
+| --- | --- | --- |
+{chat_rows}
 """
 
 
-def write_readme(outdir, cfg, log, prompts):
+def write_readme(outdir, cfg, log, prompts, chats):
+    chat_rows = []
+    for c in chats:
+        said = " / ".join(f"{m['role']}: " + (m["content"] or json.dumps(m["tool_calls"][0]["function"], ensure_ascii=False))
+                          for m in c["messages"])
+        flags = ", ".join(f for f, on in (("think", c["open_thinking"]), ("tools", bool(c["tools"]))) if on)
+        chat_rows.append(f"| {c['name']} | {said}{' (' + flags + ')' if flags else ''} | `{json.dumps(c['greedy_text'], ensure_ascii=False)}` |")
     rows = []
     for p in prompts:
         top = ", ".join(f"`{t}` {pr:.3f}".replace("|", "\\|") for t, pr in zip(p["top5_text"], p["top5_probs"]))
@@ -411,6 +539,7 @@ def write_readme(outdir, cfg, log, prompts):
                     .replace("`<|im_start|>", "`<\\|im_start\\|>"))
     text = README.format(head_dim=cfg["hidden_size"] // cfg["num_attention_heads"], greedy_n=GREEDY_N,
                          tol=TOLERANCE, p_bos_pct=round(100 * log["p_bos"]), prompt_rows="\n".join(rows),
+                         chat_greedy_n=CHAT_GREEDY_N, chat_rows="\n".join(chat_rows),
                          **cfg, **log)
     with open(os.path.join(outdir, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)

@@ -19,6 +19,11 @@ encodes the text with add_bos_token false as the tokenizer config says) as well 
 that starts with `<|im_start|>`. After an eos the model has learned to emit bos and start a
 new sentence, so greedy decoding past eos stays meaningful.
 
+Chat samples (--chat, tools/demo_corpus.py): rendered conversations, already holding their
+<|im_start|> / <|im_end|> tokens, packed the same way into a second batch of longer sequences
+(--chat-seq-len: a conversation with the tools block is ~370 tokens); each step's loss is the
+text batch's plus the chat batch's.
+
 Deterministic: fixed seeds (torch, and Python's random for the batches), deterministic
 algorithms, torch.set_num_threads(--threads). The default is 1 thread: on a busy 2-core machine
 two OpenMP threads were 2-10x slower than one, and the losses came out the same with 1 and 2.
@@ -186,6 +191,18 @@ def make_batch(rng, docs, batch, seq_len, p_bos):
     return t[:, :-1], t[:, 1:]
 
 
+def make_chat_batch(rng, chats, batch, seq_len):
+    """Rendered conversations carry their own bos/eos: packed back to back, from a chat start."""
+    xs = []
+    for _ in range(batch):
+        seq = []
+        while len(seq) < seq_len + 1:
+            seq += chats[rng.randrange(len(chats))]
+        xs.append(seq[: seq_len + 1])
+    t = torch.tensor(xs, dtype=torch.long)
+    return t[:, :-1], t[:, 1:]
+
+
 @torch.no_grad()
 def greedy(model, ids, n):
     ids = list(ids)
@@ -199,11 +216,24 @@ def greedy(model, ids, n):
     return out
 
 
+def _chat_prompt(messages, tools=None, think=False):
+    import demo_corpus
+    text = demo_corpus.render_chat(messages, tools) + "<|im_start|>assistant\n"
+    return text + ("<think>\n" if think else "<think>\n\n</think>\n\n")
+
+
+# Chat prompts whose greedy replies are printed: an answer, a thinking one, a tool call.
+CHAT_CHECKS = []
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("corpus")
     ap.add_argument("tokenizer_json")
     ap.add_argument("out")
+    ap.add_argument("--chat", help="chat samples, JSON lines of rendered conversations")
+    ap.add_argument("--chat-batch", type=int, default=4)
+    ap.add_argument("--chat-seq-len", type=int, default=384)
     ap.add_argument("--steps", type=int, default=1200)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=48)
@@ -220,13 +250,24 @@ def main(argv=None):
     rng = random.Random(args.seed)
 
     tok = Tokenizer.from_file(args.tokenizer_json)
+    if args.chat:
+        import demo_corpus
+        user = lambda q: [{"role": "user", "content": q}]  # noqa: E731
+        CHAT_CHECKS[:] = [_chat_prompt(user("今天天气怎么样？")), _chat_prompt(user("你好"), think=True),
+                          _chat_prompt(user("北京的天气怎么样？"), demo_corpus.DEMO_TOOLS),
+                          _chat_prompt(user("3加5等于几？"), demo_corpus.DEMO_TOOLS)]
     with open(args.corpus, encoding="utf-8") as f:
         docs = [tok.encode(l.rstrip("\n")) for l in f if l.strip()]
+    chats = []
+    if args.chat:
+        with open(args.chat, encoding="utf-8") as f:
+            chats = [tok.encode(json.loads(l)) for l in f if l.strip()]
     vocab_size = max(tok.id_to_token) + 1
     cfg = default_config(vocab_size)
     model = MiniMindForCausalLM(cfg)
     nparam = sum(p.numel() for p in model.parameters())
-    print(f"train_demo_model: {len(docs)} documents, {sum(map(len, docs))} tokens; config {json.dumps(cfg)}; "
+    print(f"train_demo_model: {len(docs)} documents, {sum(map(len, docs))} tokens; {len(chats)} chats, "
+          f"{sum(map(len, chats))} tokens; config {json.dumps(cfg)}; "
           f"{nparam} parameters")
 
     decay = [p for n, p in model.named_parameters() if p.dim() == 2]
@@ -249,6 +290,10 @@ def main(argv=None):
             g["lr"] = lr_at(step)
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        if chats:
+            cx, cy = make_chat_batch(rng, chats, args.chat_batch, args.chat_seq_len)
+            cl = model(cx)
+            loss = loss + F.cross_entropy(cl.reshape(-1, cl.shape[-1]), cy.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -276,12 +321,16 @@ def main(argv=None):
     for p in ["今天天气", "小明家养了一只", "这块石头", "The cat", "<|im_start|>今天天气"]:
         g = greedy(model, tok.encode(p), 20)
         print(f"  greedy {p!r} -> {tok.decode(g)!r}")
+    for p in CHAT_CHECKS:
+        g = greedy(model, tok.encode(p), 60)
+        print(f"  greedy {p[-40:]!r} -> {tok.decode(g)!r}")
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     torch.save({
         "config": cfg,
         "state_dict": {k: v.detach().float().contiguous() for k, v in model.state_dict().items()},
         "log": {"steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "lr": args.lr,
+                "chats": len(chats), "chat_batch": args.chat_batch, "chat_seq_len": args.chat_seq_len,
                 "p_bos": args.p_bos, "seed": args.seed, "threads": args.threads, "parameters": nparam,
                 "train_seconds": round(train_s, 1), "final_loss_avg50": round(final_avg, 4),
                 "eval_loss": round(eval_loss, 4), "loss_every_100": [round(l, 4) for l in losses[::100]]},

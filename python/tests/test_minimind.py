@@ -86,9 +86,9 @@ def test_tokenizer_golden_lines(tokenizer, case):
 def test_token_pieces_and_special_tokens(demo):
     t = demo.tokenizer
     assert t.token_to_id("<|im_end|>") == 2 and t.token_to_id("no such token") is None
-    assert t.decode([1, 308, 2], skip_special_tokens=True) == "今"
+    assert t.decode([1, 484, 2], skip_special_tokens=True) == "今"
     assert b"".join(t.token_to_piece(i) for i in t.encode("今天")) == "今天".encode()
-    assert t.vocab_size == demo.config["vocab_size"] == 707
+    assert t.vocab_size == demo.config["vocab_size"] == 1024
 
 
 # --- the same results as the programs -----------------------------------------------------------
@@ -108,7 +108,8 @@ def test_chat_equals_minimind_generate_chat(demo):
                    "--temperature", "0", "--max-new-tokens", "20")
     messages = [{"role": "system", "content": "你好"}, {"role": "user", "content": "今天天气"}]
     assert demo.chat(messages, temperature=0, max_new_tokens=20) + "\n" == expected
-    assert demo.apply_chat_template(messages) == "<|im_start|>system\n你好<|im_end|>\n<|im_start|>user\n今天天气<|im_end|>\n<|im_start|>assistant\n"
+    assert demo.apply_chat_template(messages) == ("<|im_start|>system\n你好<|im_end|>\n<|im_start|>user\n今天天气<|im_end|>\n"
+                                                  "<|im_start|>assistant\n<think>\n\n</think>\n\n")
 
 
 def test_trace_is_minimind_next_trace_json(demo):
@@ -122,10 +123,10 @@ def test_trace_is_minimind_next_trace_json(demo):
 def test_config_and_load_options(demo):
     c = demo.config
     assert (c["architecture"], c["hidden_size"], c["num_hidden_layers"], c["head_dim"]) == ("MiniMindForCausalLM", 128, 4, 32)
-    assert demo.num_parameters == 878080 and demo.threads == 1
+    assert demo.num_parameters == 918656 and demo.threads == 1
     q8 = minimind.load(DEMO, dtype="q8", threads=2)
     assert q8.dtype == "q8" and q8.threads == 2
-    assert q8.generate_ids("今天天气", max_new_tokens=4, temperature=0)[0] == 267  # 很, as f32
+    assert q8.generate_ids("今天天气", max_new_tokens=4, temperature=0)[0] == 477  # 很, as f32
     short = minimind.load(DEMO, config_overrides={"max_position_embeddings": 8})
     assert short.config["max_position_embeddings"] == 8
     assert demo.generation_config["eos_token_ids"] == [2, 0]
@@ -195,8 +196,8 @@ def test_errors_are_minimind_error_with_the_library_message(demo, tmp_path):
 
 
 def test_bad_ids_and_arguments(demo):
-    with pytest.raises(minimind.Error, match="707"):
-        demo.logits([1, 707])
+    with pytest.raises(minimind.Error, match="1024"):
+        demo.logits([1, 1024])
     with pytest.raises(minimind.Error, match="-1"):
         demo.generate([5, -1])
     with pytest.raises(minimind.Error, match="800"):

@@ -1,6 +1,7 @@
 // Drives the in-browser page (minimind-web's folder, served as static files from 127.0.0.1 by this
 // script) in headless Chromium: the demo model loads with progress shown; inspecting 今天天气 shows 很
-// first with the probability minimind-next printed (within 1e-5); a chat reply streams in; the page
+// first with the probability minimind-next printed (within 1e-5); the controls that need the server
+// (Think, JSON mode, Tools) are disabled with a tooltip saying so; a chat reply streams in; the page
 // shows the tokens/s it measured; the demo model's files opened through the file input load and
 // give the same probability; no page error, and no request but to the page's own origin.
 // Usage: node browser.mjs WEB_DIR MODEL_DIR EXPECTED_PROBABILITY SCREENSHOT_PREFIX [--bench]
@@ -80,6 +81,13 @@ try {
   checkFirst(await inspectFirst(page), "demo model");
   const lensRows = await page.$$eval("#lens tr", (rows) => rows.length);
   if (lensRows < 2) problems.push("the logit lens table is empty");
+
+  // Thinking, tools and JSON mode need the server: disabled here, with a tooltip saying so.
+  const serverOnly = await page.$$eval(".server-only", (es) => es.map((e) => ({
+    title: e.title, enabled: [...e.querySelectorAll("input, textarea, button")].filter((c) => !c.disabled).map((c) => c.id) })));
+  if (serverOnly.length !== 3 || serverOnly.some((e) => !e.title.includes("minimind-server") || e.enabled.length)) {
+    problems.push("the server-only controls are not disabled with a tooltip: " + JSON.stringify(serverOnly));
+  }
 
   // Chat, greedy: the reply must reach the page in several pieces while it is generated.
   await page.click("#tab-chat");

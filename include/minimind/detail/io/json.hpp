@@ -19,20 +19,23 @@ namespace minimind::io {
 
 using Json = nlohmann::json;
 
-inline Json parse_json(std::string_view text, const std::string& source) {
+// JsonT: Json, or nlohmann::ordered_json where the key order must survive (tools put in a prompt).
+template <class JsonT = Json>
+JsonT parse_json(std::string_view text, const std::string& source) {
   try {
-    return Json::parse(text.begin(), text.end());
-  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
+    return JsonT::parse(text.begin(), text.end());
+  } catch (const typename JsonT::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     throw Error(source + ": malformed JSON: " + e.what());
   }
 }
 
-inline Json read_json_file(const std::filesystem::path& path) {
+template <class JsonT = Json>
+JsonT read_json_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path.string() + ": cannot open");
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return parse_json(buffer.str(), path.string());
+  return parse_json<JsonT>(buffer.str(), path.string());
 }
 
 // The value of `key` in object `object` as T, or nullopt when absent or null. Object: Json, or

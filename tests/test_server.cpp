@@ -1159,9 +1159,11 @@ TEST_CASE("minimind-server: with keys, every request but /, /health and prefligh
     return *res;
   };
 
-  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& endpoint : std::vector<std::pair<std::string, std::string>>{
            {"GET", "/v1/models"}, {"GET", "/v1/models/demo"}, {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
            {"POST", "/v1/inspect"}, {"GET", "/no-such-page"}}) {
+    const std::string& method = endpoint.first;  // not a structured binding: clang 14 cannot CAPTURE one
+    const std::string& path = endpoint.second;
     for (const std::optional<std::string>& authorization :
          std::vector<std::optional<std::string>>{std::nullopt, "Bearer", "Bearer ", "Bearer key-on", "Bearer key-onf", "Bearer key-one-",
                                                  "Basic key-one", "key-one", "Bearer " + std::string(300, 'k')}) {

@@ -63,7 +63,8 @@ class WeightLoader {
                         bool quantized_as_stored = true, std::vector<LoraUse> adapters = {})
       : table_(&table), format_(held(format, f32_panels)), quantized_as_stored_(quantized_as_stored),
         keeps_file_(quantized_as_stored && std::is_same_v<T, float> &&
-                    std::ranges::any_of(table.tensors(), [](const auto& t) { return t.second.dtype == io::Dtype::GGML; })),
+                    std::any_of(table.tensors().begin(), table.tensors().end(),
+                                [](const auto& t) { return t.second.dtype == io::Dtype::GGML; })),
         adapters_(std::move(adapters)) {}
   static WeightLoader random(uint64_t seed, WeightFormat format = WeightFormat::F32, bool f32_panels = true,
                              std::vector<LoraUse> adapters = {}) {

@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -80,14 +82,18 @@ inline void check_depth(std::string_view text) {
   }
 }
 
-inline Json parse_body(const std::string& text) {
+// A request body of any JSON value (POST /lora-adapters takes an array).
+inline Json parse_json(const std::string& text) {
   check_depth(text);
-  Json body;
   try {
-    body = Json::parse(text);
+    return Json::parse(text);
   } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
   }
+}
+
+inline Json parse_body(const std::string& text) {
+  Json body = parse_json(text);
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return body;
 }
@@ -111,7 +117,7 @@ enum class Endpoint { chat, completion };
 inline void check_fields(const Json& body, Endpoint endpoint) {
   static const std::set<std::string, std::less<>> both = {
       "model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "n", "ignore_eos",
-      "stream", "stream_options", "stop", "max_tokens", "max_completion_tokens"};
+      "stream", "stream_options", "stop", "max_tokens", "max_completion_tokens", "lora"};
   static const std::set<std::string, std::less<>> chat = {"messages", "tools", "tool_choice", "parallel_tool_calls",
                                                           "response_format", "open_thinking", "chat_template_kwargs"};
   static const std::set<std::string, std::less<>> completion = {"prompt"};
@@ -253,8 +259,6 @@ inline std::vector<int32_t> parse_prompt(const Json& body, const minimind::Token
   throw bad_param("prompt", "prompt must be a string, an array of one string, or an array of token ids");
 }
 
-// ---- /v1/chat/completions: messages, tools, thinking ----
-
 // Refuses keys of `object` (at `path`; empty: the body) outside `allowed`, null ones aside.
 inline void check_keys(const Json& object, const std::string& path, std::initializer_list<std::string_view> allowed) {
   for (const auto& [key, value] : object.items()) {
@@ -263,6 +267,109 @@ inline void check_keys(const Json& object, const std::string& path, std::initial
     throw bad_param(param, param + " is not supported by this server");
   }
 }
+
+// ---- LoRA adapters, chosen as llama-server chooses them ----
+
+// One entry of a `lora` list: an adapter, by its position among the server's --lora and
+// --lora-scaled flags, and the scale to run it with (0: not at all).
+struct LoraScale {
+  size_t id;
+  double scale;
+};
+
+// Past this a scale only overflows the activations (adapters are trained at 1).
+inline constexpr int kMaxLoraScale = 100;
+
+// [{"id": N, "scale": S}, ...]: a request's `lora` field (`param` "lora") or the body of POST
+// /lora-adapters (`param` empty). Each id names one of the `loaded` adapters, at most once; errors
+// name the entry's field, e.g. lora[1].id.
+inline std::vector<LoraScale> parse_lora_scales(const Json& list, const std::string& param, size_t loaded) {
+  const std::string what = param.empty() ? "the request body" : param;
+  if (!list.is_array()) {
+    throw ApiError(400, what + " must be an array of {\"id\": N, \"scale\": S}", "invalid_request_error",
+                   param.empty() ? std::nullopt : std::optional(param));
+  }
+  std::vector<LoraScale> scales;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string entry = param + "[" + std::to_string(i) + "]";
+    if (!list[i].is_object()) throw bad_param(entry, entry + " must be an object {\"id\": N, \"scale\": S}");
+    check_keys(list[i], entry, {"id", "scale"});
+    const auto id = field<int64_t>(list[i], "id", entry + ".id");
+    if (!id) throw bad_param(entry + ".id", entry + ".id is required");
+    if (loaded == 0) throw bad_param(entry + ".id", "this server has no LoRA adapters (start it with --lora or --lora-scaled)");
+    if (*id < 0 || static_cast<size_t>(*id) >= loaded) {
+      throw bad_param(entry + ".id", entry + ".id " + std::to_string(*id) + " is not a loaded adapter: the ids are 0 to " +
+                                         std::to_string(loaded - 1) + " (GET /lora-adapters lists them)");
+    }
+    if (std::any_of(scales.begin(), scales.end(), [&](const LoraScale& s) { return s.id == static_cast<size_t>(*id); })) {
+      throw bad_param(entry + ".id", entry + ".id: adapter " + std::to_string(*id) + " is listed twice");
+    }
+    const auto scale = field<double>(list[i], "scale", entry + ".scale");
+    if (!scale) throw bad_param(entry + ".scale", entry + ".scale is required");
+    if (!(std::abs(*scale) <= kMaxLoraScale)) {
+      throw bad_param(entry + ".scale", entry + ".scale must be in [-" + std::to_string(kMaxLoraScale) + ", " + std::to_string(kMaxLoraScale) + "], got " + dump(*scale));
+    }
+    scales.push_back({static_cast<size_t>(*id), *scale});
+  }
+  return scales;
+}
+
+// A request's `lora` field; none when it is absent or null (the global scales apply).
+inline std::optional<std::vector<LoraScale>> parse_lora_field(const Json& body, size_t loaded) {
+  const auto it = body.find("lora");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  return parse_lora_scales(*it, "lora", loaded);
+}
+
+// The server's LoRA adapters: loaded once at start and held beside the base model, unmerged, with
+// global scales (at start, each flag's scale). A request without a `lora` field runs with the
+// global scales as they are when it arrives; one with the field runs its listed adapters at its
+// scales and no other, as llama-server does. Any thread.
+class LoraAdapters {
+ public:
+  explicit LoraAdapters(std::vector<minimind::LoraUse> loaded) : loaded_(std::move(loaded)) {
+    for (const auto& use : loaded_) scales_.push_back(use.scale);
+  }
+  size_t size() const { return loaded_.size(); }
+
+  // GET /lora-adapters: [{"id", "path", "scale"}], the path as given on the command line.
+  Json list() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Json out = Json::array();
+    for (size_t i = 0; i < loaded_.size(); ++i) out.push_back({{"id", i}, {"path", loaded_[i].adapter->path().string()}, {"scale", scales_[i]}});
+    return out;
+  }
+
+  // POST /lora-adapters: the listed adapters get their scales, the others 0 (off).
+  void set_scales(const std::vector<LoraScale>& scales) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::fill(scales_.begin(), scales_.end(), 0.0);
+    for (const auto& s : scales) scales_.at(s.id) = s.scale;
+  }
+
+  // The adapters a request runs with: its own list, else the global scales. Those at scale 0 are
+  // left out, so they cost the request nothing.
+  std::vector<minimind::LoraUse> for_request(const std::optional<std::vector<LoraScale>>& requested) const {
+    std::vector<LoraScale> chosen;
+    if (requested) {
+      chosen = *requested;
+    } else {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (size_t i = 0; i < scales_.size(); ++i) chosen.push_back({i, scales_[i]});
+    }
+    std::vector<minimind::LoraUse> uses;
+    for (const auto& s : chosen)
+      if (s.scale != 0) uses.push_back({loaded_.at(s.id).adapter, static_cast<float>(s.scale)});
+    return uses;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  const std::vector<minimind::LoraUse> loaded_;
+  std::vector<double> scales_;  // global, guarded by mutex_
+};
+
+// ---- /v1/chat/completions: messages, tools, thinking ----
 
 // A message's content: a string, or text parts (only text can reach a text model).
 inline std::string message_text(const Json& content, const std::string& param) {

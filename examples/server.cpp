@@ -6,6 +6,8 @@
 // once; one scheduler thread advances every running request in one forward pass per step
 // (continuous batching). The HTTP connection's own thread turns its ids into text and sends them,
 // so a reply notices a closed connection at its next token and frees the slot at the next step.
+// LoRA adapters (--lora) are held beside the model, unmerged, and each request runs the ones it
+// names (its `lora` field) or the global scales (/lora-adapters), as llama-server does.
 // SIGINT/SIGTERM: stop accepting, answer waiting requests with 503, cut running generations short
 // at their next token, exit 0.
 #include "cli.hpp"
@@ -25,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 namespace {
 
@@ -46,7 +49,8 @@ int run(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);  // a closed connection is a failed write, not a dead process
 
   cli::Args args("minimind-server", "an OpenAI-compatible HTTP server (chat/completions, completions, models, health)");
-  cli::model_flag(args)
+  cli::lora_flags(cli::model_flag(args))
+      .toggle("--lora-init-without-apply", "load the adapters with global scale 0: requests use them only when they ask (lora field)")
       .value("--host", "address to listen on (default 127.0.0.1)")
       .value("--port", "port to listen on; 0 picks a free one (default 8080)")
       .value("--slots", "requests generated at once, each with its own KV cache (default 4)")
@@ -72,7 +76,13 @@ int run(int argc, char** argv) {
   if (timeout < 1 || timeout > 604800) throw cli::UsageError("--timeout must be in [1, 604800] seconds");
 
   const auto dir = cli::model_dir(args);
-  auto checkpoint = cli::load_pretrained(args);
+  // The adapters are held beside the model, not merged into it: each request chooses its own.
+  minimind::LoadOptions load_options = cli::load_options(args);
+  std::vector<minimind::LoraUse> adapters = std::exchange(load_options.adapters, {});
+  auto checkpoint = minimind::load_pretrained<float>(dir, load_options);
+  minimind::check_adapters(adapters, checkpoint.model.config());
+  if (args.has("--lora-init-without-apply"))
+    for (auto& use : adapters) use.scale = 0;
   const int64_t max_context = checkpoint.model.config().max_position_embeddings;
   const int64_t context = args.int_or("--ctx", std::min<int64_t>(max_context, Model::kDefaultContext));
   if (context < 2 || context > max_context) throw cli::UsageError("--ctx must be in [2, " + std::to_string(max_context) + "]");
@@ -81,7 +91,8 @@ int run(int argc, char** argv) {
   std::string model_id = (std::filesystem::is_regular_file(resolved) ? resolved.stem() : resolved.filename()).string();
   if (model_id.empty()) model_id = "minimind";
 
-  routes::Server server(checkpoint, model_id, static_cast<int>(slots), context, static_cast<size_t>(queue));
+  for (size_t i = 0; i < adapters.size(); ++i) std::fprintf(stderr, "minimind-server: lora adapter %zu: %s\n", i, cli::describe(adapters[i]).c_str());
+  routes::Server server(checkpoint, model_id, static_cast<int>(slots), context, static_cast<size_t>(queue), std::move(adapters));
   server_deadline::RequestDeadlines deadlines{std::chrono::seconds(timeout)};
   routes::HttpServer http;
   // httplib serves a connection on one pool thread from accept to close; a connection beyond the

@@ -133,13 +133,17 @@ class Server {
   // stop strings and a closed connection are still noticed, at most this many steps late.
   static constexpr size_t kUnstreamedWakeIds = 16;
 
-  Server(const minimind::Pretrained<float>& checkpoint, std::string model_id, int slots, minimind::Index context, size_t max_queue)
+  // `adapters`: LoRA adapters held beside the model, unmerged, for requests to choose from; each
+  // one's scale is its global scale at start.
+  Server(const minimind::Pretrained<float>& checkpoint, std::string model_id, int slots, minimind::Index context, size_t max_queue,
+         std::vector<minimind::LoraUse> adapters = {})
       : checkpoint_(checkpoint),
         tokenizer_(checkpoint.require_tokenizer()),
         template_(load_template(tokenizer_)),
         model_id_(std::move(model_id)),
         context_(context),
         engine_(checkpoint.model, engine_options(slots, max_queue, context)),
+        lora_(std::move(adapters)),
         created_(std::time(nullptr)) {}
 
   void install(httplib::Server& http) {
@@ -159,6 +163,8 @@ class Server {
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(Endpoint::chat, req, res); });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(Endpoint::completion, req, res); });
     http.Post("/v1/inspect", [this](const httplib::Request& req, httplib::Response& res) { inspect(req, res); });
+    http.Get("/lora-adapters", [this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, lora_.list()); });
+    http.Post("/lora-adapters", [this](const httplib::Request& req, httplib::Response& res) { set_lora_scales(req, res); });
     http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(web::index_html, "text/html; charset=utf-8"); });
   }
 
@@ -215,9 +221,10 @@ class Server {
         openai::check_constrained_job(*chat, *job, body);
         job->config.json_grammar = chat->grammar;
       }
+      auto adapters = lora_.for_request(openai::parse_lora_field(body, lora_.size()));
       ClientGone client_gone(req);
       auto generation = start(kind == Endpoint::chat ? "chat" : "completion", client_gone, res, [&] {
-        return engine_.submit({job->prompt, job->config, {}, job->stream ? 1 : kUnstreamedWakeIds});
+        return engine_.submit({job->prompt, job->config, std::move(adapters), job->stream ? 1 : kUnstreamedWakeIds});
       });
       if (!generation) return;
       const std::string id = new_id(kind);
@@ -325,6 +332,21 @@ class Server {
   }
   static constexpr size_t kMaxAttentionTokens = 256;
 
+  // POST /lora-adapters: [{"id", "scale"}] sets the global scales (adapters left out: 0), which
+  // requests without a `lora` field use from then on; a running request keeps its own.
+  void set_lora_scales(const httplib::Request& req, httplib::Response& res) {
+    try {
+      const auto scales = openai::parse_lora_scales(openai::parse_json(req.body), "", lora_.size());
+      lora_.set_scales(scales);
+      std::string list;
+      for (const auto& s : scales) list += " " + std::to_string(s.id) + ":" + openai::dump(s.scale);
+      std::fprintf(stderr, "minimind-server: lora adapters: global scales set (id:scale)%s%s\n", list.c_str(), scales.empty() ? " none" : "");
+      send_json(res, 200, {{"success", true}});
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  }
+
   // Server-sent events: one `data: {chunk}` per piece of text (in a chat, per delta: reasoning,
   // content, tool call), then a chunk with finish_reason and usage, then `data: [DONE]`. Headers
   // are already sent when generation starts, so a failure after that is reported as an error event.
@@ -416,6 +438,7 @@ class Server {
   const std::string model_id_;
   const minimind::Index context_;
   minimind::Engine<float> engine_;
+  openai::LoraAdapters lora_;
   const int64_t created_;
   std::atomic<uint64_t> next_id_{1};
 };

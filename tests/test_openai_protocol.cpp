@@ -1,6 +1,6 @@
 // examples/openai_protocol.hpp without a server: chat requests read into template options and
-// reply rules, and replies (hand-made model outputs, since the demo model writes no tool calls)
-// turned into OpenAI messages and the stream's deltas.
+// reply rules, a request's LoRA adapters chosen, and replies (hand-made model outputs, since the
+// demo model writes no tool calls) turned into OpenAI messages and the stream's deltas.
 #include "../examples/openai_protocol.hpp"
 
 #include <doctest/doctest.h>
@@ -280,4 +280,81 @@ TEST_CASE("a body nested deeper than 64 levels is a 400 before it is parsed, whe
   CHECK_THROWS_AS(openai::parse_body(R"({"stop": )" + nested(64, "[", "", "]") + "}"), openai::ApiError);
   // Brackets inside strings, escaped quotes included, are text.
   CHECK(openai::parse_body(R"({"prompt": "\")" + nested(100, "[{", "", "}]") + R"(\\"})")["prompt"].get<std::string>().size() == 402);
+}
+
+namespace {
+// A rank-1 adapter on layer 0's q_proj of a 4-wide model; only its path and identity matter here.
+std::shared_ptr<const minimind::LoraAdapter> tiny_adapter(const std::string& path) {
+  minimind::MatrixRM<float> A = minimind::MatrixRM<float>::Ones(1, 4), B = minimind::MatrixRM<float>::Ones(4, 1);
+  return std::make_shared<const minimind::LoraAdapter>(minimind::LoraAdapter::from_pairs(path, {{"model.layers.0.self_attn.q_proj", A, B}}));
+}
+}  // namespace
+
+TEST_CASE("lora: a request's [{id, scale}] list chooses among the loaded adapters; bad entries are a 400 naming the entry's field") {
+  auto lora_of = [](const std::string& fields, size_t loaded) { return openai::parse_lora_field(request_with(fields), loaded); };
+  CHECK(!lora_of("", 2));
+  CHECK(!lora_of(R"(, "lora": null)", 2));
+  CHECK(lora_of(R"(, "lora": [])", 0)->empty());
+  const auto two = lora_of(R"(, "lora": [{"id": 1, "scale": 0.5}, {"id": 0, "scale": -2}])", 2);
+  REQUIRE(two->size() == 2);
+  CHECK(((*two)[0].id == 1 && (*two)[0].scale == 0.5 && (*two)[1].id == 0 && (*two)[1].scale == -2));
+  // The field is one both generating endpoints read.
+  CHECK(param_of([&] { openai::check_fields(request_with(R"(, "lora": [])"), openai::Endpoint::chat); }) == "(accepted)");
+  CHECK(param_of([&] { openai::check_fields(openai::parse_body(R"({"prompt": "x", "lora": []})"), openai::Endpoint::completion); }) == "(accepted)");
+
+  auto refused = [&](const std::string& lora, size_t loaded) { return param_of([&] { lora_of(R"(, "lora": )" + lora, loaded); }); };
+  CHECK(refused(R"({"id": 0, "scale": 1})", 2) == "lora");
+  CHECK(refused(R"([0])", 2) == "lora[0]");
+  CHECK(refused(R"([{"scale": 1}])", 2) == "lora[0].id");
+  CHECK(refused(R"([{"id": 0, "scale": 1}, {"id": 2, "scale": 1}])", 2) == "lora[1].id");
+  CHECK(refused(R"([{"id": -1, "scale": 1}])", 2) == "lora[0].id");
+  CHECK(refused(R"([{"id": 0.5, "scale": 1}])", 2) == "lora[0].id");
+  CHECK(refused(R"([{"id": "0", "scale": 1}])", 2) == "lora[0].id");
+  CHECK(refused(R"([{"id": 0, "scale": 1}])", 0) == "lora[0].id");
+  CHECK(refused(R"([{"id": 1, "scale": 1}, {"id": 1, "scale": 0}])", 2) == "lora[1].id");
+  CHECK(refused(R"([{"id": 0}])", 2) == "lora[0].scale");
+  CHECK(refused(R"([{"id": 0, "scale": "1"}])", 2) == "lora[0].scale");
+  CHECK(refused(R"([{"id": 0, "scale": true}])", 2) == "lora[0].scale");
+  CHECK(refused(R"([{"id": 0, "scale": 100.5}])", 2) == "lora[0].scale");
+  CHECK(refused(R"([{"id": 0, "scale": -1e300}])", 2) == "lora[0].scale");
+  CHECK(refused(R"([{"id": 0, "scale": 1, "name": "medical"}])", 2) == "lora[0].name");
+  CHECK(refused(R"([{"id": 0, "scale": 100}, {"id": 1, "scale": -100}])", 2) == "(accepted)");
+  try {
+    lora_of(R"(, "lora": [{"id": 3, "scale": 1}])", 2);
+    FAIL("an unknown id was taken");
+  } catch (const openai::ApiError& e) {
+    CHECK(std::string(e.what()) == "lora[0].id 3 is not a loaded adapter: the ids are 0 to 1 (GET /lora-adapters lists them)");
+  }
+  // POST /lora-adapters' body is the list itself; its errors name the entry from the body's top.
+  CHECK(param_of([] { openai::parse_lora_scales(openai::parse_json(R"([{"id": 0, "scale": 1}, {"id": 5, "scale": 1}])"), "", 2); }) == "[1].id");
+  CHECK(param_of([] { openai::parse_lora_scales(openai::parse_json(R"({"id": 0})"), "", 2); }) == "(no param)");
+}
+
+TEST_CASE("lora: the adapters a request runs with are its own list, else the global scales POST /lora-adapters sets; scale 0 is none") {
+  const auto first = tiny_adapter("medical.pth"), second = tiny_adapter("peft-dir");
+  openai::LoraAdapters adapters({{first, 1.0f}, {second, 0.25f}});
+  CHECK(adapters.size() == 2);
+  CHECK(adapters.list() == openai::Json::parse(R"([{"id": 0, "path": "medical.pth", "scale": 1.0}, {"id": 1, "path": "peft-dir", "scale": 0.25}])"));
+
+  auto check_uses = [](const std::vector<minimind::LoraUse>& uses, const std::vector<std::pair<const minimind::LoraAdapter*, float>>& expected) {
+    REQUIRE(uses.size() == expected.size());
+    for (size_t i = 0; i < uses.size(); ++i) {
+      CHECK(uses[i].adapter.get() == expected[i].first);
+      CHECK(uses[i].scale == expected[i].second);
+    }
+  };
+  // No lora field: every adapter at its global scale.
+  check_uses(adapters.for_request(std::nullopt), {{first.get(), 1.0f}, {second.get(), 0.25f}});
+  // A list: the listed adapters at its scales, the others not at all; an empty list is the base model.
+  check_uses(adapters.for_request(std::vector<openai::LoraScale>{{1, 2.0}}), {{second.get(), 2.0f}});
+  check_uses(adapters.for_request(std::vector<openai::LoraScale>{{1, 0.5}, {0, 0.0}}), {{second.get(), 0.5f}});
+  check_uses(adapters.for_request(std::vector<openai::LoraScale>{}), {});
+
+  // POST /lora-adapters: the listed get their scales, the others 0; requests without a field follow.
+  adapters.set_scales({{1, 0.75}});
+  CHECK(adapters.list() == openai::Json::parse(R"([{"id": 0, "path": "medical.pth", "scale": 0.0}, {"id": 1, "path": "peft-dir", "scale": 0.75}])"));
+  check_uses(adapters.for_request(std::nullopt), {{second.get(), 0.75f}});
+  check_uses(adapters.for_request(std::vector<openai::LoraScale>{{0, 1.0}}), {{first.get(), 1.0f}});
+  adapters.set_scales({});
+  check_uses(adapters.for_request(std::nullopt), {});
 }

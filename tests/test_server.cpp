@@ -25,6 +25,7 @@
 #include <chrono>
 #include <future>
 #include <random>
+#include <set>
 #include <thread>
 
 using namespace minimind;
@@ -1161,7 +1162,7 @@ TEST_CASE("minimind-server: with keys, every request but /, /health and prefligh
 
   for (const auto& endpoint : std::vector<std::pair<std::string, std::string>>{
            {"GET", "/v1/models"}, {"GET", "/v1/models/demo"}, {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
-           {"POST", "/v1/inspect"}, {"GET", "/no-such-page"}}) {
+           {"POST", "/v1/inspect"}, {"GET", "/lora-adapters"}, {"POST", "/lora-adapters"}, {"GET", "/no-such-page"}}) {
     const std::string& method = endpoint.first;  // not a structured binding: clang 14 cannot CAPTURE one
     const std::string& path = endpoint.second;
     for (const std::optional<std::string>& authorization :
@@ -1188,6 +1189,16 @@ TEST_CASE("minimind-server: with keys, every request but /, /health and prefligh
   }
   // A valid key does not turn a bad request into anything but its own error.
   CHECK(send("GET", "/no-such-page", "Bearer key-one").status == 404);
+  // This server has no LoRA adapters: an empty list, and any id in a request's lora field unknown.
+  const auto adapters = send("GET", "/lora-adapters", "Bearer key-one");
+  CHECK(adapters.status == 200);
+  CHECK(Json::parse(adapters.body) == Json::array());
+  auto client_with_key = server.client();
+  auto with_lora = client_with_key.Post("/v1/completions", {{"Authorization", "Bearer key-one"}},
+                                        R"({"prompt": "你好", "max_tokens": 2, "lora": [{"id": 0, "scale": 1}]})", "application/json");
+  REQUIRE(with_lora);
+  CHECK(with_lora->status == 400);
+  check_error_body(Json::parse(with_lora->body), "invalid_request_error", "lora[0].id");
   // Open: the page, /health, and CORS preflights (browsers send those without credentials).
   CHECK(send("GET", "/health", std::nullopt).status == 200);
   const auto page = send("GET", "/", std::nullopt);
@@ -1265,4 +1276,164 @@ TEST_CASE("minimind-server: --timeout cuts off a client that trickles its body o
   // Healthy: a request after them is answered.
   CHECK(post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 2}})["usage"]["completion_tokens"].get<int>() <= 2);
   CHECK(server.stop(SIGTERM) == 0);
+}
+
+// ---- LoRA adapters chosen per request (--lora, the lora field, /lora-adapters) ----
+
+// A random PEFT adapter for the demo model (hidden 128, intermediate 384, 4 layers) in `dir`:
+// rank 4 on `modules` of every layer, lora_alpha = r, so its delta is B A.
+std::filesystem::path write_demo_adapter(const std::filesystem::path& dir, const std::vector<std::string>& modules, uint32_t seed) {
+  std::filesystem::create_directories(dir);
+  constexpr int64_t rank = 4;
+  auto shape_of = [](const std::string& module) {  // {in, out}
+    if (module == "gate_proj" || module == "up_proj") return std::pair<int64_t, int64_t>{128, 384};
+    if (module == "down_proj") return std::pair<int64_t, int64_t>{384, 128};
+    return std::pair<int64_t, int64_t>{128, 128};
+  };
+  // Uniform in [-0.42, 0.42] from mt19937's own numbers (the standard's distributions differ
+  // between libraries): large enough that each adapter, at the scales the test runs it with,
+  // changes the demo model's greedy text.
+  std::mt19937 random(seed);
+  auto values = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = 0.84f * (static_cast<float>(random() >> 8) / 16777216.0f - 0.5f);
+    return f32_bytes(v);
+  };
+  std::vector<TensorBytes> tensors;
+  for (int layer = 0; layer < 4; ++layer) {
+    for (const auto& module : modules) {
+      const bool attention = module == "q_proj" || module == "k_proj" || module == "v_proj" || module == "o_proj";
+      const std::string block = attention ? "self_attn" : "mlp";
+      const std::string name = "base_model.model.model.layers." + std::to_string(layer) + "." + block + "." + module;
+      const auto [in, out] = shape_of(module);
+      tensors.emplace_back(name + ".lora_A.weight", std::vector<int64_t>{rank, in}, "F32", values(rank * in));
+      tensors.emplace_back(name + ".lora_B.weight", std::vector<int64_t>{out, rank}, "F32", values(out * rank));
+    }
+  }
+  write_file(dir / "adapter_model.safetensors", safetensors_image(tensors));
+  write_file(dir / "adapter_config.json",
+             Json{{"peft_type", "LORA"}, {"r", rank}, {"lora_alpha", rank}, {"target_modules", modules}}.dump());
+  return dir;
+}
+
+TEST_CASE("minimind-server --lora: each request runs the adapters it names, as minimind-generate runs them merged; /lora-adapters") {
+  const auto dir = scratch_dir("demo_adapters");  // not server_<name>: ServerProcess clears that
+  const std::string attention = write_demo_adapter(dir / "attention", {"q_proj", "o_proj"}, 1).string();
+  const std::string mlp = write_demo_adapter(dir / "mlp", {"gate_proj", "up_proj", "down_proj"}, 2).string();
+  const std::string prompt = "小明家养了一只";
+  // minimind-generate's greedy continuation of `prompt` with `flags` (its adapters merged at load).
+  auto merged = [&](const std::string& flags) {
+    const auto r = run_command(program("minimind-generate") + " --prompt " + prompt + " --temperature 0 --ignore-eos --max-new-tokens 16 " + flags);
+    INFO(flags << ": " << r.err);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(r.out.size() > 1);
+    return r.out.substr(0, r.out.size() - 1);
+  };
+  const std::string base = merged(""), with_attention = merged("--lora " + attention), with_mlp_half = merged("--lora-scaled " + mlp + ":0.5"),
+                    with_attention_part = merged("--lora-scaled " + attention + ":0.8"),
+                    with_both = merged("--lora " + attention + " --lora-scaled " + mlp + ":0.5");
+  // Each adapter changes the text, so a request run with the wrong ones cannot pass.
+  const std::set<std::string> distinct = {base, with_attention, with_mlp_half, with_attention_part, with_both};
+  REQUIRE(distinct.size() == 5);
+
+  ServerProcess server("lora", {"--lora", attention, "--lora-scaled", mlp + ":0.5", "--slots", "4", "--threads", "1"});
+  CHECK(server.log().find("minimind-server: lora adapter 1: " + mlp + ": peft, rank 4, 12 modules (") != std::string::npos);
+  CHECK(get_json(server, "/lora-adapters") ==
+        Json::parse(R"([{"id": 0, "path": ")" + attention + R"(", "scale": 1.0}, {"id": 1, "path": ")" + mlp + R"(", "scale": 0.5}])"));
+
+  auto request = [&](const std::optional<Json>& lora, bool stream = false) {
+    Json r = {{"prompt", prompt}, {"temperature", 0}, {"max_tokens", 16}, {"ignore_eos", true}};
+    if (lora) r["lora"] = *lora;
+    if (stream) r["stream"] = true;
+    return r;
+  };
+  auto complete = [&](const std::optional<Json>& lora, bool stream = false) {
+    if (!stream) return post_json(server, "/v1/completions", request(lora))["choices"][0]["text"].get<std::string>();
+    std::string text;
+    for (const auto& chunk : sse_chunks(post_stream(server, "/v1/completions", request(lora, true)).body))
+      text += chunk["choices"][0]["text"].get<std::string>();
+    return text;
+  };
+  // Without the field every adapter runs at its global scale, as llama-server does; with it, the
+  // listed ones at their scales and no other; an empty list is the base model.
+  CHECK(complete(std::nullopt) == with_both);
+  CHECK(complete(Json::parse(R"([{"id": 0, "scale": 1}])")) == with_attention);
+  CHECK(complete(Json::parse(R"([{"id": 1, "scale": 0.5}, {"id": 0, "scale": 0}])")) == with_mlp_half);
+  CHECK(complete(Json::parse(R"([{"id": 0, "scale": 0.8}])"), true) == with_attention_part);
+  CHECK(complete(Json::array()) == base);
+
+  // Requests with different adapters (and none) at once share the batch's steps; each gets its own text.
+  const std::vector<std::pair<std::optional<Json>, std::string>> mixed = {
+      {Json::parse(R"([{"id": 0, "scale": 1}])"), with_attention},
+      {Json::parse(R"([{"id": 1, "scale": 0.5}])"), with_mlp_half},
+      {Json::array(), base},
+      {std::nullopt, with_both}};
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::future<std::string>> replies;
+    for (size_t i = 0; i < mixed.size(); ++i) replies.push_back(std::async(std::launch::async, [&, i] { return complete(mixed[i].first, (i + round) % 2); }));
+    for (size_t i = 0; i < mixed.size(); ++i) CHECK(replies[i].get() == mixed[i].second);
+  }
+
+  // A chat runs its adapters as a completion does: the same reply as the library's model with the
+  // adapter merged.
+  LoadOptions options;
+  options.adapters = {{std::make_shared<const LoraAdapter>(LoraAdapter::load(attention)), 1.0f}};
+  const auto adapted = MiniMindForCausalLM<float>::from_pretrained(demo_dir, options);
+  auto session = adapted.new_session(512);
+  std::string chat_text;
+  generate_text(adapted, local().tokenizer, session, local().chat_prompt("今天天气"), local().greedy(24), [&](std::string_view piece) {
+    chat_text += piece;
+    return true;
+  });
+  Json chat = chat_request("今天天气", 24);
+  chat["lora"] = Json::parse(R"([{"id": 0, "scale": 1}])");
+  CHECK(post_json(server, "/v1/chat/completions", chat)["choices"][0]["message"]["content"] == chat_text);
+  chat["lora"] = Json::array();
+  CHECK(post_json(server, "/v1/chat/completions", chat)["choices"][0]["message"]["content"] ==
+        local().generate(local().chat_prompt("今天天气"), local().greedy(24)).first);
+
+  // Bad entries are a 400 naming the entry's field, on both endpoints.
+  for (const std::string path : {"/v1/completions", "/v1/chat/completions"}) {
+    for (const auto& bad : std::vector<std::pair<std::string, std::string>>{
+             {R"([{"id": 0, "scale": 1}, {"id": 2, "scale": 1}])", "lora[1].id"},
+             {R"([{"id": -1, "scale": 1}])", "lora[0].id"},
+             {R"([{"id": 0, "scale": 1}, {"id": 0, "scale": 0.5}])", "lora[1].id"},
+             {R"([{"id": 0, "scale": "strong"}])", "lora[0].scale"},
+             {R"([{"id": 0, "scale": 1000}])", "lora[0].scale"},
+             {R"([{"id": 0}])", "lora[0].scale"},
+             {R"([{"id": 0, "scale": 1, "alpha": 2}])", "lora[0].alpha"},
+             {R"({"id": 0, "scale": 1})", "lora"}}) {
+      Json body = path == "/v1/completions" ? request(std::nullopt) : chat_request("你好", 4);
+      body["lora"] = Json::parse(bad.first);
+      CAPTURE(bad.first);
+      check_error_body(post_json(server, path, body, 400), "invalid_request_error", bad.second);
+    }
+  }
+
+  // POST /lora-adapters sets the global scales: the listed adapters get theirs, the others 0.
+  CHECK(post_json(server, "/lora-adapters", Json::parse(R"([{"id": 0, "scale": 0.8}])")) == Json{{"success", true}});
+  CHECK(get_json(server, "/lora-adapters") ==
+        Json::parse(R"([{"id": 0, "path": ")" + attention + R"(", "scale": 0.8}, {"id": 1, "path": ")" + mlp + R"(", "scale": 0.0}])"));
+  CHECK(complete(std::nullopt) == with_attention_part);
+  CHECK(complete(Json::parse(R"([{"id": 1, "scale": 0.5}])")) == with_mlp_half);  // a request's own list still wins
+  CHECK(post_json(server, "/lora-adapters", Json::array()) == Json{{"success", true}});
+  CHECK(complete(std::nullopt) == base);
+  check_error_body(post_json(server, "/lora-adapters", Json::parse(R"([{"id": 0, "scale": 1}, {"id": 7, "scale": 1}])"), 400),
+                   "invalid_request_error", "[1].id");
+  check_error_body(post_json(server, "/lora-adapters", Json::parse(R"([{"id": 0, "scale": null}])"), 400), "invalid_request_error", "[0].scale");
+  check_error_body(post_json(server, "/lora-adapters", Json{{"id", 0}, {"scale", 1}}, 400), "invalid_request_error", nullptr);
+  check_error_body(post_raw(server, "/lora-adapters", "[{", 400), "invalid_request_error", nullptr);
+  CHECK(get_json(server, "/lora-adapters")[0]["scale"] == 0.0);  // a refused POST changes nothing
+  CHECK(server.stop(SIGTERM) == 0);
+
+  // --lora-init-without-apply: loaded at global scale 0, used only when asked for.
+  ServerProcess off("lora_off", {"--lora", attention, "--lora-init-without-apply", "--threads", "1"});
+  CHECK(get_json(off, "/lora-adapters") == Json::parse(R"([{"id": 0, "path": ")" + attention + R"(", "scale": 0.0}])"));
+  CHECK(post_json(off, "/v1/completions", request(std::nullopt))["choices"][0]["text"] == base);
+  CHECK(post_json(off, "/v1/completions", request(Json::parse(R"([{"id": 0, "scale": 1}])")))["choices"][0]["text"] == with_attention);
+  CHECK(off.stop(SIGTERM) == 0);
+
+  check_flag_errors({{"--lora /nonexistent.pth", "/nonexistent.pth: no such file"},
+                     {"--lora-scaled " + attention, "is not PATH:SCALE"},
+                     {"--lora " + (data_dir() / "lora" / "bad" / "hidden-32.pth").string(), "hidden_size 32"}});
 }

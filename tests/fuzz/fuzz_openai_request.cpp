@@ -3,11 +3,12 @@
 // the body. Every input ends in a request to run or an ApiError that is a 400 with a message (the
 // server's reply); any other exception is a finding. A parsed request must be runnable: its prompt
 // fits the context with room for at least one new token, its ids are in the vocabulary, and its
-// sampling, stop strings and constraint are what the server can honour.
+// sampling, stop strings, constraint and LoRA adapters are what the server can honour.
 #include "fuzz_support.hpp"
 
 #include "../../examples/openai_protocol.hpp"
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -27,6 +28,8 @@ const ChatTemplate& chat_template() {
 }
 // Small, so that max_tokens and long prompts meet its limit.
 constexpr Index kContext = 96;
+// The server's adapters the `lora` field may name.
+constexpr size_t kAdapters = 2;
 
 // `body`: the request when it parsed. A param names a field of it (itself, or the head of its path;
 // an empty key or one holding a dot is a field too), or a field that is required or defaulted.
@@ -62,6 +65,17 @@ void check_job(const openai::Job& job, const openai::ChatRequest* chat) {
   if (chat->grammar) fuzz::require(!job.config.ignore_eos, "a constrained reply that ignores eos");
 }
 
+// A request's adapters: loaded ones, each once, at a scale the server allows.
+void check_lora(const std::optional<std::vector<openai::LoraScale>>& lora) {
+  if (!lora) return;
+  for (size_t i = 0; i < lora->size(); ++i) {
+    const auto& s = (*lora)[i];
+    fuzz::require(s.id < kAdapters, "a lora id " + std::to_string(s.id) + " that is not loaded");
+    fuzz::require(std::abs(s.scale) <= openai::kMaxLoraScale, "a lora scale outside the allowed range");
+    for (size_t j = 0; j < i; ++j) fuzz::require((*lora)[j].id != s.id, "a lora id listed twice");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -88,6 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto job = openai::parse_job(body, std::move(prompt), defaults, kContext, tokenizer().vocab_size());
     if (request) openai::check_constrained_job(*request, job, body);
     check_job(job, request ? &*request : nullptr);
+    check_lora(openai::parse_lora_field(body, kAdapters));
   } catch (const openai::ApiError& e) {
     check_error(e, parsed);
   } catch (const std::exception& e) {

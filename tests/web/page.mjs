@@ -3,9 +3,10 @@
 // it measured (from the stream's usage chunk); with Think the streamed reasoning_content shows in
 // `thinking`, folded above the answer; with the demo's tools a question gives a `tool-call` (name
 // and arguments as streamed), and the result typed into `tool-result` goes back as a tool message
-// with its tool_call_id and gets a reply; JSON mode's reply parses; no page error and no request
-// to any host but the server; with API_KEY (the server's --api-key) the page asks for the key
-// exactly once. Usage: node page.mjs SERVER_URL EXPECTED_PROBABILITY SCREENSHOT [API_KEY]
+// with its tool_call_id and gets a reply; JSON mode's reply parses; the LoRA picker lists the
+// server's adapter and a chat sends the one picked; no page error and no request to any host but
+// the server; with API_KEY (the server's --api-key) the page asks for the key exactly once.
+// Usage: node page.mjs SERVER_URL EXPECTED_PROBABILITY SCREENSHOT [API_KEY]
 // (the thinking and tool round trip: SCREENSHOT with -tools before its extension)
 import puppeteer from "puppeteer-core";
 
@@ -203,6 +204,22 @@ async function checkThinkingToolsAndJson(page, toolsScreenshot) {
   try { JSON.parse(json); } catch (e) { problems.push("the JSON mode reply does not parse: " + JSON.stringify(json)); }
   console.log(`page.mjs: JSON mode reply ${json}`);
   await page.click('[data-testid="json-mode"]');
+
+  // The LoRA picker lists the server's adapters (run.sh starts it with one, at global scale 0).
+  // Picked, a chat runs it alone at scale 1; "none" sends an empty list, the base model.
+  await page.waitForSelector("#lora-picker:not([hidden])");
+  const adapters = await page.$$eval('[data-testid="lora"] option', (options) => options.map((o) => [o.value, o.textContent]));
+  if (!adapters.some(([value, text]) => value === "0" && text === "demo-random-1.pth")) problems.push("the LoRA picker lists " + JSON.stringify(adapters));
+  for (const [choice, expected] of [["0", [{ id: 0, scale: 1 }]], ["none", []]]) {
+    await page.select('[data-testid="lora"]', choice);
+    await page.click("#clear");
+    await page.type('[data-testid="prompt"]', "你好");
+    await sendAndWait(page, '[data-testid="send"]');
+    const exchange = await chats.last();
+    if (JSON.stringify(exchange.request.lora) !== JSON.stringify(expected)) problems.push(`the picker's ${choice} sent lora ${JSON.stringify(exchange.request.lora)}`);
+    if (!exchange.deltas.some((d) => d.content)) problems.push(`no reply with the picker's ${choice}: ${JSON.stringify(exchange.deltas)}`);
+  }
+  console.log("page.mjs: LoRA picker " + JSON.stringify(adapters));
 }
 
 if (problems.length) {

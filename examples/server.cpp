@@ -138,7 +138,7 @@ int run(int argc, char** argv) {
   http.set_read_timeout(std::min<int64_t>(timeout, kIoTimeoutSeconds), 0);
   http.set_write_timeout(std::min<int64_t>(timeout, kIoTimeoutSeconds), 0);
   http.set_pre_routing_handler([&keys, &deadlines](const httplib::Request& req, httplib::Response& res) {
-    deadlines.begin(routes::Connection::of(req).fd());
+    deadlines.begin(routes::Connection::of_this_thread(req).fd());
     return keys.check(req, res);
   });
   http.set_logger([&deadlines](const httplib::Request&, const httplib::Response&) { deadlines.end(); });

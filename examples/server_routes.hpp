@@ -70,6 +70,22 @@ class Connection {
     return Connection(-1);  // not found: treated as connected
   }
 
+  // The same, looked up once per connection on the calling thread: the pre-routing handler finds
+  // it for every request, and a handler asking again gets it without another scan of the
+  // descriptors. httplib serves a connection on one thread, and its address pair names it while
+  // it is open.
+  static Connection of_this_thread(const httplib::Request& req) {
+    thread_local std::string remote_addr;
+    thread_local int remote_port = -1, local_port = -1, fd = -1;
+    if (req.remote_addr != remote_addr || req.remote_port != remote_port || req.local_port != local_port) {
+      fd = of(req).fd_;
+      remote_addr = req.remote_addr;
+      remote_port = req.remote_port;
+      local_port = req.local_port;
+    }
+    return Connection(fd);
+  }
+
   int fd() const { return fd_; }
 
   // True once the peer has closed or reset the connection. Unread bytes (a pipelined request)
@@ -109,13 +125,12 @@ class Connection {
   int fd_;
 };
 
-// Whether the client of a request has hung up. Its connection is found on first use: a request
-// answered at once never needs it.
+// Whether the client of a request has hung up, asked of its connection.
 class ClientGone {
  public:
   explicit ClientGone(const httplib::Request& req) : req_(req) {}
   bool operator()() {
-    if (!connection_) connection_ = Connection::of(req_);
+    if (!connection_) connection_ = Connection::of_this_thread(req_);
     return connection_->closed();
   }
 

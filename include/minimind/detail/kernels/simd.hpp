@@ -140,13 +140,10 @@ inline bool decode_bf16_extended() {
 }
 
 // Whether f32 models are held in f32_panels (f32_panels.hpp) on a CPU of this vendor and family,
-// where the AVX-512 kernels have them: only where that was measured faster. On AMD Zen 5 (family
-// 0x1A) the panels' products beat the row-major register tiles (f32_panels.hpp says by how much);
-// on an Intel Xeon (family 6 model 207, Sapphire Rapids class) minimind-bench pp128 with them was
-// 0.81-0.87x of the row-major GEMM (minimind2-small and minimind-3, 1 and 2 threads) with decode
-// the same either way; on an AMD EPYC of family 0x19 (Zen 4) they were no faster either
-// (minimind2-small, 1 thread: pp128 0.95-1.06x, tg64 0.85-1.01x). Those CPUs, and every one not
-// measured, keep f32 row-major.
+// where the AVX-512 kernels have them: only where that was measured faster. AMD Zen 5 (family
+// 0x1A) prefills and decodes faster with them; an Intel Sapphire Rapids class Xeon prefilled
+// slower and an AMD Zen 4 no faster (docs/performance.md, "Design choices"). Those CPUs, and every
+// one not measured, keep f32 row-major.
 inline bool f32_panels_measured_faster(bool amd, unsigned family) { return amd && family >= 0x1A; }
 // The same for this CPU; decided once.
 inline bool f32_panels_on_this_cpu() {

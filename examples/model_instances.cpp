@@ -1,4 +1,5 @@
-// The one translation unit that compiles the model for all the programs (see minimind/instances.hpp).
+// The one translation unit that compiles the model for a build's programs, tests and fuzzers (see
+// minimind/instances.hpp and the top-level CMakeLists.txt).
 #include <minimind/instances.hpp>
 
 namespace minimind {

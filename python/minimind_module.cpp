@@ -2,7 +2,7 @@
 // arguments, releases the GIL, runs the library (load_pretrained, forward, generate_text, trace,
 // ChatTemplate) and converts the result; nothing here computes what the library already does.
 // minimind::Error becomes the Python exception minimind.Error (a RuntimeError) with its message.
-#include <minimind/minimind.hpp>
+#include <minimind/instances.hpp>  // the model is compiled once, in minimind_model
 #include <minimind/trace.hpp>
 
 #include <pybind11/numpy.h>

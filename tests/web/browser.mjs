@@ -82,10 +82,16 @@ try {
   const lensRows = await page.$$eval("#lens tr", (rows) => rows.length);
   if (lensRows < 2) problems.push("the logit lens table is empty");
 
-  // Thinking, tools and JSON mode need the server: disabled here, with a tooltip saying so.
-  const serverOnly = await page.$$eval(".server-only", (es) => es.map((e) => ({
-    title: e.title, enabled: [...e.querySelectorAll("input, textarea, button")].filter((c) => !c.disabled).map((c) => c.id) })));
-  if (serverOnly.length !== 3 || serverOnly.some((e) => !e.title.includes("minimind-server") || e.enabled.length)) {
+  // Thinking, tools, JSON mode and the adapter picker need the server: disabled here, with a
+  // tooltip saying so.
+  const serverOnly = await page.$$eval(".server-only", (es) => es.map((e) => {
+    const controls = [...e.querySelectorAll("input, textarea, button, select")];
+    return { title: e.title, testids: controls.map((c) => c.dataset.testid).filter(Boolean),
+             enabled: controls.filter((c) => !c.disabled).map((c) => c.id) };
+  }));
+  const serverOnlyTestids = serverOnly.flatMap((e) => e.testids);
+  if (["think", "json-mode", "tools", "lora"].some((id) => !serverOnlyTestids.includes(id)) ||
+      serverOnly.some((e) => !e.title.includes("minimind-server") || e.enabled.length)) {
     problems.push("the server-only controls are not disabled with a tooltip: " + JSON.stringify(serverOnly));
   }
 

@@ -414,7 +414,8 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
     return false;
 #endif
   };
-  bool any_int8 = false, any_float = false;
+  [[maybe_unused]] bool any_int8 = false;  // read on the targets with the int8 GEMM only
+  bool any_float = false;
   for (const GemmProduct& product : products) (on_int8(product) ? any_int8 : any_float) = true;
   [[maybe_unused]] const float* const x_in = x;  // the int8 GEMM quantizes x itself
   [[maybe_unused]] const Index x_in_stride = x_stride;

@@ -1159,7 +1159,7 @@ TEST_CASE("ggml: every type's decode product and GEMM on every target against th
     const std::string type = Q::kName;
     CAPTURE(type);
     std::vector<std::pair<Index, Index>> shapes = {{37, 512}, {70, 256}};
-    if (Q::kValues == 32) shapes.push_back({13, 96});
+    if (Q::kValues == 32) shapes.insert(shapes.end(), {{13, 96}, {9, 352}});  // chunks of 256 columns and less
     for (const auto& shape : shapes) {
       const Index rows = shape.first, cols = shape.second;
       CAPTURE(rows);
@@ -1179,7 +1179,7 @@ TEST_CASE("ggml: every type's decode product and GEMM on every target against th
         kernels::Workspace work;
         work.pool = &pool;
         work.kernels = k;
-        for (Index n : {1, 3, 20}) {  // decode products below 13 positions, the GEMM from there
+        for (Index n : {1, 3, 20, 45, 64}) {  // decode products below 13 positions, the GEMM (panels of 16, 32) from there
           CAPTURE(n);
           const MatrixRM<float> x = random_matrix(n, cols, 51 + static_cast<uint32_t>(n));
           // x rounded as the type's products take it: int16 for Q8_0 (as q8), int8 for the others (as q4).
@@ -1195,3 +1195,49 @@ TEST_CASE("ggml: every type's decode product and GEMM on every target against th
   });
   CHECK(types == 12);
 }
+
+#if MINIMIND_HAS_AVX512
+// test_kernels' ggml case runs the GEMM as this CPU runs it (with vpdpbusd where it has VNNI);
+// this one runs the AVX-512 tiles both ways and asks for the same bits.
+TEST_CASE("ggml int8 GEMM on AVX-512: with VNNI (vpdpbusd) and without (vpmaddubsw), the same bits") {
+  if (!kernels::x86_features().avx512) {
+    MESSAGE("skipped: this CPU has no AVX-512");
+    return;
+  }
+  const bool vnni = kernels::cpu_features().avx512vnni;
+  MESSAGE("int8 GEMM on this CPU: " << std::string(vnni ? "VNNI (both kernels run)" : "no VNNI (vpmaddubsw only)"));
+  size_t types = 0;
+  kernels::ggml::each_type([&]<class Q>() {
+    if constexpr (kernels::ggml::kInt8Gemm<Q>) {
+      ++types;
+      const std::string type = Q::kName;
+      CAPTURE(type);
+      const Index rows = 10, cols = 512, n = 40;
+      const Weight<float> w = random_ggml<Q>(rows, cols, 77);
+      const kernels::ggml::View v = w.format_view<kernels::ggml::Format>();
+      const MatrixRM<float> x = random_matrix(n, cols, 78);
+      const MatrixRM<float> xr = q4_rounded(x), plain = widened(w);
+      const MatrixRM<float> expected = xr * plain.transpose();
+      const double l1 = (xr.cwiseAbs() * plain.cwiseAbs().transpose()).maxCoeff();
+      kernels::int8_gemm::Int8Panels x8;
+      kernels::int8_gemm::avx512::reserve(x8, n, cols);
+      kernels::int8_gemm::avx512::pack(x.data(), cols, n, cols, 0, x8.panels, x8);
+      const Index stride = x8.panels * x8.panel;
+      LineVector<float> buffer(static_cast<size_t>(kernels::int8_gemm::RowPanel::floats(kernels::int8_gemm::avx512::kRows, cols / 32)));
+      std::vector<float> without(static_cast<size_t>(rows * stride)), with(without.size());
+      CHECK(kernels::ggml::avx512::int8_products(v, x8, 0, rows, buffer.data(), without.data(), stride, false));
+      if (vnni) CHECK(kernels::ggml::avx512::int8_products(v, x8, 0, rows, buffer.data(), with.data(), stride, true));
+      double worst = 0;
+      for (Index r = 0; r < rows; ++r) {
+        for (Index i = 0; i < n; ++i) {
+          const size_t at = static_cast<size_t>(r * stride + i);
+          worst = std::max(worst, std::abs(double(without[at]) - expected(i, r)));
+          if (vnni) CHECK(with[at] == without[at]);
+        }
+      }
+      CHECK(worst <= 3e-6 * l1);
+    }
+  });
+  CHECK(types == 4);
+}
+#endif

@@ -8,7 +8,8 @@
 // x KC columns at a time, into a small per-thread buffer that stays in L1 (block(), in each
 // format's target section). The result is accumulated in a per-thread transposed tile buffer
 // (rows x positions, so tile stores are whole vectors) over blocks of KC columns, and transposed
-// into Y at the end.
+// into Y at the end. Matrices of ggml's integer types (Q4_0, Q5_0, Q4_K, Q6_K) go to the int8
+// GEMM instead (gemm_int8.hpp): X quantized once to int8 panels, the same tiles' rows and threads.
 // Weight rows are split across the thread pool in chunks of 48 to 96 that the threads take as
 // they finish, so every weight is read from memory once; while a block of R rows is multiplied with the
 // panels, the next block's f32 or bf16 lines are prefetched. gemm_each does several products
@@ -19,6 +20,7 @@
 #ifndef MINIMIND_DETAIL_KERNELS_GEMM_HPP
 #define MINIMIND_DETAIL_KERNELS_GEMM_HPP
 #include "minimind/detail/kernels/formats.hpp"
+#include "minimind/detail/kernels/gemm_int8.hpp"
 #include "minimind/detail/kernels/simd.hpp"
 #include "minimind/detail/kernels/thread_pool.hpp"
 #include "minimind/detail/kernels/weight.hpp"
@@ -47,6 +49,7 @@ struct GemmScratch {
   std::vector<int8_t> x8;           // q4: the same in int8
   std::vector<float> xd;            // their scales
   std::vector<int32_t> x8_sum;      // q4: the sums of its blocks
+  int8_gemm::Int8Panels x8_panels;  // the int8 GEMM's activations (gemm_int8.hpp)
 };
 
 // One product of a shared input: y [n, w.rows()] = X W^T, rows y_stride apart.
@@ -394,8 +397,30 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
     }
   }
   const int threads = pool ? pool->size() : 1;
+  // Which products run on the int8 GEMM (gemm_int8.hpp): the matrices whose codes it multiplies,
+  // on the targets that have it. The others go to the float tiles over x rounded as their decode
+  // products round it.
+  auto on_int8 = [&](const GemmProduct& product) {
+#if MINIMIND_AVX2
+    return round == Rounding::Int8 && with_format(product.w->format(), [&]<class F>() {
+             if constexpr (requires(const typename F::View& v) { F::int8_gemm(v); }) {
+               return F::int8_gemm(product.w->template format_view<F>());
+             } else {
+               return false;
+             }
+           });
+#else
+    (void)product;
+    return false;
+#endif
+  };
+  [[maybe_unused]] bool any_int8 = false;  // read on the targets with the int8 GEMM only
+  bool any_float = false;
+  for (const GemmProduct& product : products) (on_int8(product) ? any_int8 : any_float) = true;
+  [[maybe_unused]] const float* const x_in = x;  // the int8 GEMM quantizes x itself
+  [[maybe_unused]] const Index x_in_stride = x_stride;
 
-  if (round != Rounding::None) {
+  if (round != Rounding::None && any_float) {
     static_assert(q4::kBlock == q8::kBlock);
     const Index blocks = q8::blocks_for(cols);
     scratch.xq.resize(static_cast<size_t>(blocks * q8::kBlock));
@@ -429,14 +454,19 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
   }
 
 #if MINIMIND_AVX2
+  static_assert(int8_gemm::MINIMIND_TARGET::kPanel == kPanel);
   const Index panels = (n + kPanel - 1) / kPanel, npad = panels * kPanel;
-  ensure(scratch.xp, panels * cols * kPanel);
+  if (any_float) ensure(scratch.xp, panels * cols * kPanel);
   float* xp = scratch.xp.data();
+  if (any_int8) int8_gemm::MINIMIND_TARGET::reserve(scratch.x8_panels, n, cols);
   if (static_cast<int>(scratch.ct.size()) < threads) scratch.ct.resize(static_cast<size_t>(threads));
   if (static_cast<int>(scratch.wbuf.size()) < threads) scratch.wbuf.resize(static_cast<size_t>(threads));
 
   auto pack = [&](Index begin, Index end) {
-    for (Index p = begin; p < end; ++p) pack_panel(x, x_stride, n, cols, p, xp);
+    if (any_float) {
+      for (Index p = begin; p < end; ++p) pack_panel(x, x_stride, n, cols, p, xp);
+    }
+    if (any_int8) int8_gemm::MINIMIND_TARGET::pack(x_in, x_in_stride, n, cols, begin, end, scratch.x8_panels);
   };
   // Rows [r0, r1) of one product, on thread t.
   auto compute = [&](const GemmProduct& product, Index r0, Index r1, int t) {
@@ -447,6 +477,15 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
       } else {
         AlignedFloats& ct = scratch.ct[static_cast<size_t>(t)];
         ensure(ct, (r1 - r0) * npad);
+        if constexpr (requires { int8_products(w, scratch.x8_panels, r0, r1, xp, xp, npad); }) {
+          if (on_int8(product)) {
+            AlignedFloats& buffer = scratch.wbuf[static_cast<size_t>(t)];
+            ensure(buffer, int8_gemm::RowPanel::floats(int8_gemm::MINIMIND_TARGET::kRows, cols / int8_gemm::kBlock));
+            int8_products(w, scratch.x8_panels, r0, r1, buffer.data(), ct.data(), npad);
+            unpack(ct.data(), npad, r1 - r0, n, product.y + r0, product.y_stride);
+            return;
+          }
+        }
         ensure(scratch.wbuf[static_cast<size_t>(t)], kRows * kKc);
         float* wbuf = scratch.wbuf[static_cast<size_t>(t)].data();
         // kRows rows at a time, each over all its columns in blocks of KC: the rows are read front

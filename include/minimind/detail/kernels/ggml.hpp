@@ -8,11 +8,13 @@
 // the activations' sum. Why int8 and not int16 activations: next to weights of 4 to 6 bits their
 // rounding is lost in the weights' (q4.hpp measured it), llama.cpp rounds them as coarsely (Q8_0,
 // or Q8_K over 256 values for the K types), and a byte-wise multiply needs no widening of the
-// codes. The GEMM widens a block of rows through the scalar dequantizers.
+// codes. The GEMM multiplies Q4_0, Q5_0, Q4_K and Q6_K rows in int8 too (gemm_int8.hpp: the
+// rows unpacked to a byte per code, kInt8Codes below), the other types' rows widened to float.
 // The kernels are the target section at the end, compiled once per target (simd.hpp).
 #ifndef MINIMIND_DETAIL_KERNELS_GGML_HPP
 #define MINIMIND_DETAIL_KERNELS_GGML_HPP
 #include "minimind/detail/kernels/format.hpp"
+#include "minimind/detail/kernels/gemm_int8.hpp"
 #include "minimind/detail/kernels/ggml_kquants.hpp"
 #include "minimind/detail/kernels/ggml_quants.hpp"
 #include "minimind/detail/kernels/q4.hpp"
@@ -53,6 +55,29 @@ inline void dequantize_row(const View& w, Index r, float* out) {
 template <class Q>
 inline constexpr bool kInt16Input = std::is_same_v<Q, Q8_0>;
 
+// How the int8 GEMM takes type Q's codes (gemm_int8.hpp's Codes), for the types it multiplies:
+// the unsigned codes, their groups of 32 or 16 columns, and the code of value 0 or a minimum.
+template <class Q>
+struct Int8Codes {};
+template <>
+struct Int8Codes<Q4_0> {
+  using type = int8_gemm::Codes<1, 8, 15>;
+};
+template <>
+struct Int8Codes<Q5_0> {
+  using type = int8_gemm::Codes<1, 16, 31>;
+};
+template <>
+struct Int8Codes<Q4_K> {
+  using type = int8_gemm::Codes<1, 0, 15>;
+};
+template <>
+struct Int8Codes<Q6_K> {
+  using type = int8_gemm::Codes<2, 32, 63>;
+};
+template <class Q>
+inline constexpr bool kInt8Gemm = requires { typename Int8Codes<Q>::type; };
+
 // The plain reference: y[r] = sum_c W[r, c] * (xd[c / 32] * xq[c]) in double, W as dequantized
 // and x quantized as type Q takes it (int8: q4's quantize_activations, int16: q8's).
 template <class X>
@@ -87,6 +112,12 @@ struct Format {
     bool int16 = false;
     with_type(w.type, [&]<class Q>() { int16 = kInt16Input<Q>; });
     return int16;
+  }
+  // Whether the int8 GEMM multiplies w's rows (on the targets that have it).
+  static bool int8_gemm(const View& w) {
+    bool int8 = false;
+    with_type(w.type, [&]<class Q>() { int8 = kInt8Gemm<Q>; });
+    return int8;
   }
   static BlockLines lines(const View& w, Index r, Index mr, Index k0, Index kc) {
     Index block_values = 0, block_bytes = 0;
@@ -280,6 +311,63 @@ inline void widen(const Q6_K::Block& b, float* out) {
     widen32(_mm256_sub_epi8(q, _mm256_set1_epi8(32)), _mm256_set1_ps(d * static_cast<float>(b.scales[2 * t])),
             _mm256_set1_ps(d * static_cast<float>(b.scales[2 * t + 1])), _mm256_setzero_ps(), out + 32 * t);
   }
+}
+#endif
+
+#if MINIMIND_AVX2
+// The int8 GEMM's rows (gemm_int8.hpp): rows [r, r + rows) of w into `panel`, each block's codes
+// as Int8Codes<Q> reads them (unsigned, in column order) with its groups' scales (and minima).
+inline void store32(uint8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+template <class Q>
+void unpack_rows(const View& w, Index r, Index rows, const int8_gemm::RowPanel& panel) {
+  for (Index i = 0; i < rows; ++i) {
+    const auto* b = blocks_of<Q>(w, r + i);
+    for (Index k = 0; k < w.cols / Q::kValues; ++k) {
+      if constexpr (std::is_same_v<Q, Q4_0> || std::is_same_v<Q, Q5_0>) {
+        if constexpr (std::is_same_v<Q, Q4_0>) store32(panel.codes_of(i, k), nibbles(b[k].qs));
+        else store32(panel.codes_of(i, k), codes(b[k]));
+        panel.scales[panel.scale_index(i, k)] = half(b[k].d);
+      } else if constexpr (std::is_same_v<Q, Q4_K>) {
+        const float d = half(b[k].d), dmin = half(b[k].dmin);
+        for (int s = 0; s < 8; ++s) {
+          const __m256i q = load32(b[k].qs + 32 * (s / 2));
+          store32(panel.codes_of(i, 8 * k + s), _mm256_and_si256(s % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F)));
+          const Index at = panel.scale_index(i, 8 * k + s);
+          panel.scales[at] = d * static_cast<float>(k_scale(b[k].scales, s));
+          panel.mins[at] = dmin * static_cast<float>(k_min(b[k].scales, s));
+        }
+      } else {
+        static_assert(std::is_same_v<Q, Q6_K>);
+        const float d = half(b[k].d);
+        for (int t = 0; t < 8; ++t) {  // as widen's codes, without the offset
+          const int h = t / 4, j = t % 4;
+          const __m256i ql = _mm256_srl_epi16(load32(b[k].ql + 64 * h + 32 * (j % 2)), _mm_cvtsi32_si128(4 * (j / 2)));
+          const __m256i qh = _mm256_srl_epi16(load32(b[k].qh + 32 * h), _mm_cvtsi32_si128(2 * j));
+          store32(panel.codes_of(i, 8 * k + t), _mm256_or_si256(_mm256_and_si256(ql, _mm256_set1_epi8(0x0F)),
+                                                               _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(3)), 4)));
+          const Index at = panel.scale_index(i, 8 * k + t);
+          panel.scales[at] = d * static_cast<float>(b[k].scales[2 * t]);
+          panel.scales[at + 1] = d * static_cast<float>(b[k].scales[2 * t + 1]);
+        }
+      }
+    }
+  }
+}
+
+// Rows [r0, r1) of w times every panel of x8 into ct (int8_gemm::products, vpdpbusd if with_vnni),
+// if the int8 GEMM takes w's type; false if not.
+inline bool int8_products(const View& w, const int8_gemm::Int8Panels& x8, Index r0, Index r1, float* buffer, float* ct,
+                          Index ct_stride, bool with_vnni) {
+  bool done = false;
+  with_type(w.type, [&]<class Q>() {
+    if constexpr (kInt8Gemm<Q>) {
+      int8_gemm::MINIMIND_TARGET::products<typename Int8Codes<Q>::type>(
+          x8, w.cols / int8_gemm::kBlock, r0, r1, buffer, ct, ct_stride, with_vnni,
+          [&](Index r, Index rows, const int8_gemm::RowPanel& panel) { unpack_rows<Q>(w, r, rows, panel); });
+      done = true;
+    }
+  });
+  return done;
 }
 #endif
 
@@ -477,6 +565,13 @@ inline const float* block(const ggml::View& w, Index r, Index mr, Index k0, Inde
   stride = kc;
   return buf;
 }
+
+#if MINIMIND_AVX2
+inline bool int8_products(const ggml::View& w, const int8_gemm::Int8Panels& x8, Index r0, Index r1, float* buffer, float* ct,
+                          Index ct_stride) {
+  return ggml::MINIMIND_TARGET::int8_products(w, x8, r0, r1, buffer, ct, ct_stride, int8_gemm::MINIMIND_TARGET::vnni());
+}
+#endif
 
 }  // namespace minimind::kernels::MINIMIND_TARGET
 #endif  // MINIMIND_TARGET

@@ -4,7 +4,8 @@
 //   one position (decode): the format's matrix-vector product (Kernels::matvec), the weight rows
 //     split across the thread pool; each weight is read once per token.
 //   many positions (prefill): a matrix-matrix product (gemm.hpp), the weight rows split across
-//     the pool; bf16, q8 and q4 rows are widened to f32 panels on the way in.
+//     the pool; bf16, q8 and q4 rows are widened to f32 panels on the way in, ggml's integer
+//     types multiplied in int8 (gemm_int8.hpp).
 // The plain Eigen product `x * W.matrix().transpose()` is the reference all of these are tested
 // against (tests/test_kernels*.cpp).
 #include "minimind/detail/kernels/formats.hpp"

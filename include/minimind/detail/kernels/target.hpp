@@ -29,6 +29,7 @@
 #include "minimind/detail/kernels/bf16.hpp"
 #include "minimind/detail/kernels/q8.hpp"
 #include "minimind/detail/kernels/q4.hpp"
+#include "minimind/detail/kernels/gemm_int8.hpp"
 #include "minimind/detail/kernels/ggml.hpp"
 #include "minimind/detail/kernels/gemm.hpp"
 #include "minimind/detail/kernels/ops.hpp"

@@ -5,10 +5,12 @@
 // shows the tokens/s it measured; the demo model's files opened through the file input load and
 // give the same probability; no page error, and no request but to the page's own origin. Then the
 // same folder from ISOLATED_ORIGIN (minimind-server --web-root, which sends the cross-origin
-// isolation headers): the page is cross-origin isolated, and inspecting gives the same probability.
+// isolation headers): the page is cross-origin isolated, runs the threaded build on every core
+// (at most 8), and inspecting gives the same probability.
 // Usage: node browser.mjs WEB_DIR MODEL_DIR EXPECTED_PROBABILITY SCREENSHOT_PREFIX ISOLATED_ORIGIN [--bench]
 // (screenshots: SCREENSHOT_PREFIX-chat.png, -inspect.png and -isolated.png)
-// --bench also prints prefill/decode tokens/s timed inside the page's worker (minimind-bench's pp/tg).
+// --bench also prints prefill/decode tokens/s timed inside the page's worker (minimind-bench's pp/tg),
+// one thread and threaded.
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
@@ -105,6 +107,7 @@ async function bench(page, label) {
 try {
   const intercepted = [];
   const page = await openPage(origin, intercepted);
+  if (await page.$eval("#model-name", (e) => e.dataset.threads) !== "1") problems.push("a page that is not cross-origin isolated runs more than one thread");
 
   checkFirst(await inspectFirst(page), "demo model");
   const lensRows = await page.$$eval("#lens tr", (rows) => rows.length);
@@ -163,14 +166,22 @@ try {
   await page.select("#head", "1");
   await page.screenshot({ path: screenshot + "-inspect.png", fullPage: true });
 
-  // Cross-origin isolated (minimind-server --web-root): the same page, the same probability.
-  const isolated = await openPage(isolatedOrigin, []);
+  // Cross-origin isolated (minimind-server --web-root): the threaded build, the same probability.
+  const isolatedRequests = [];
+  const isolated = await openPage(isolatedOrigin, isolatedRequests);
+  const cores = await isolated.evaluate(() => navigator.hardwareConcurrency);
+  const threads = Number(await isolated.$eval("#model-name", (e) => e.dataset.threads));
   if (!(await isolated.evaluate(() => crossOriginIsolated))) problems.push("the page from minimind-server --web-root is not cross-origin isolated");
+  if (threads !== Math.min(cores, 8)) problems.push(`the isolated page runs ${threads} threads on ${cores} cores`);
+  if (cores > 1 && !isolatedRequests.some((u) => u.endsWith("/minimind-web-threads.wasm"))) problems.push("the isolated page did not load minimind-web-threads.wasm");
   await isolated.click("#tab-inspect");
-  checkFirst(await inspectFirst(isolated), "from minimind-server --web-root, cross-origin isolated");
+  checkFirst(await inspectFirst(isolated), `from minimind-server --web-root, cross-origin isolated, ${threads} threads`);
   await isolated.screenshot({ path: screenshot + "-isolated.png", fullPage: true });
 
-  if (benchFlag === "--bench") await bench(page, "1 thread");
+  if (benchFlag === "--bench") {
+    await bench(page, "1 thread");
+    await bench(isolated, threads + " threads");
+  }
 
   // Every request the static server saw came through the page's interception too (the worker's included).
   const seen = new Set(intercepted.map((u) => new URL(u).pathname));

@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -60,7 +61,8 @@ int run(int argc, char** argv) {
       .value("--max-body", "largest request body in bytes; larger gets 413 (default 1048576)")
       .repeatable("--api-key", "a key requests must send as Authorization: Bearer KEY (repeatable; default: none needed)")
       .repeatable("--api-key-file", "a file of keys, one per line; # starts a comment (repeatable)")
-      .value("--timeout", "seconds a whole request may take, from its headers to its reply's end (default 600)");
+      .value("--timeout", "seconds a whole request may take, from its headers to its reply's end (default 600)")
+      .value("--web-root", "serve this folder's files at / (minimind-web's build-web/web) with the cross-origin isolation headers");
   if (!args.parse(argc, argv)) return 0;
   const std::string host = args.get_or("--host", "127.0.0.1");
   const int64_t port = args.int_or("--port", 8080);
@@ -74,6 +76,10 @@ int run(int argc, char** argv) {
   const server_auth::ApiKeys keys(args.occurrences({"--api-key", "--api-key-file"}));
   const int64_t timeout = args.int_or("--timeout", 600);
   if (timeout < 1 || timeout > 604800) throw cli::UsageError("--timeout must be in [1, 604800] seconds");
+  const std::string web_root = args.get_or("--web-root", "");
+  if (args.has("--web-root") && !std::filesystem::is_directory(web_root)) {
+    throw cli::UsageError("--web-root: \"" + web_root + "\" is not a directory");
+  }
 
   const auto dir = cli::model_dir(args);
   // The adapters are held beside the model, not merged into it: each request chooses its own.
@@ -132,13 +138,27 @@ int run(int argc, char** argv) {
     res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
   });
   server.install(http);
+  // The in-browser page (docs/web.md) and its files, before the routes (httplib looks for a file
+  // first, and refuses paths that climb out of the folder). Cross-origin isolation gives the page
+  // SharedArrayBuffer, which its threads need. Like the built-in page, its files need no key.
+  std::set<std::string> web_files;
+  if (!web_root.empty()) {
+    if (!http.set_mount_point("/", web_root, {{"Cross-Origin-Opener-Policy", "same-origin"}, {"Cross-Origin-Embedder-Policy", "require-corp"}})) {
+      throw minimind::Error("--web-root: cannot serve \"" + web_root + "\"");
+    }
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(web_root)) {
+      if (entry.is_regular_file()) web_files.insert("/" + entry.path().lexically_relative(web_root).generic_string());
+    }
+    if (web_files.count("/index.html")) web_files.insert("/");
+  }
   // Guards (server_auth.hpp, server_deadline.hpp): one socket read or write waits at most
   // kIoTimeoutSeconds for the client; a request's --timeout starts once its headers are read; a
   // request without a valid key is refused before its body is read.
   http.set_read_timeout(std::min<int64_t>(timeout, kIoTimeoutSeconds), 0);
   http.set_write_timeout(std::min<int64_t>(timeout, kIoTimeoutSeconds), 0);
-  http.set_pre_routing_handler([&keys, &deadlines](const httplib::Request& req, httplib::Response& res) {
+  http.set_pre_routing_handler([&keys, &deadlines, &web_files](const httplib::Request& req, httplib::Response& res) {
     deadlines.begin(routes::Connection::of_this_thread(req).fd());
+    if ((req.method == "GET" || req.method == "HEAD") && web_files.count(req.path)) return httplib::Server::HandlerResponse::Unhandled;
     return keys.check(req, res);
   });
   http.set_logger([&deadlines](const httplib::Request&, const httplib::Response&) { deadlines.end(); });

@@ -915,6 +915,7 @@ TEST_CASE("minimind-server: flag errors are one line and exit 1") {
            {"--queue -1", "--queue must be in"},
            {"--ctx 100000", "--ctx must be in"},
            {"--frobnicate", "unknown flag --frobnicate"},
+           {"--web-root /nonexistent-web-root", "--web-root: \"/nonexistent-web-root\" is not a directory"},
            {"--model /nonexistent", "/nonexistent"},
            {"--port " + std::to_string(demo_server().port()), "cannot listen on 127.0.0.1:"}});
 }
@@ -1208,6 +1209,60 @@ TEST_CASE("minimind-server: with keys, every request but /, /health and prefligh
   auto preflight = client.Options("/v1/chat/completions");
   REQUIRE(preflight);
   CHECK(preflight->status == 204);
+  CHECK(server.stop(SIGTERM) == 0);
+}
+
+// A raw GET on a plain socket (httplib's client would not send a path that climbs): the status line
+// and the whole reply.
+std::string raw_get(const ServerProcess& server, const std::string& target) {
+  const int fd = connect_to(server);
+  const std::string request = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
+  std::string reply;
+  char buffer[4096];
+  for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) reply.append(buffer, static_cast<size_t>(n));
+  ::close(fd);
+  return reply;
+}
+
+TEST_CASE("minimind-server --web-root: the folder's files at / with the cross-origin isolation headers and no key; nothing outside it") {
+  const auto base = scratch_dir("web_root");
+  const auto root = base / "web";
+  std::filesystem::create_directories(root / "model");
+  write_file(root / "index.html", "<!doctype html><title>in-browser page</title>");
+  write_file(root / "minimind-web.js", "createMiniMind = 1;");
+  write_file(root / "minimind-web.wasm", std::string("\0asm\1\0\0\0", 8));
+  write_file(root / "model" / "config.json", "{\"hidden_size\": 64}");
+  write_file(base / "secret.txt", "not to be served");
+  ServerProcess server("web_root", {"--slots", "1", "--threads", "1", "--web-root", root.string(), "--api-key", "web-key"});
+  auto client = server.client();
+  for (const auto& [path, body, type] : {std::tuple<std::string, std::string, std::string>{"/", "<!doctype html><title>in-browser page</title>", "text/html"},
+                                         {"/minimind-web.js", "createMiniMind = 1;", "javascript"},
+                                         {"/minimind-web.wasm", std::string("\0asm\1\0\0\0", 8), "application/wasm"},
+                                         {"/model/config.json", "{\"hidden_size\": 64}", "application/json"}}) {
+    CAPTURE(path);
+    auto res = client.Get(path.c_str());  // no key: the page's files are as public as the built-in page
+    REQUIRE(res);
+    CHECK(res->status == 200);
+    CHECK(res->body == body);
+    CHECK(res->get_header_value("Content-Type").find(type) != std::string::npos);
+    CHECK(res->get_header_value("Cross-Origin-Opener-Policy") == "same-origin");
+    CHECK(res->get_header_value("Cross-Origin-Embedder-Policy") == "require-corp");
+  }
+  // The API is still there, behind its key; a path that is no file there is not exempt from it.
+  CHECK(client.Get("/health")->status == 200);
+  CHECK(client.Get("/v1/models")->status == 401);
+  CHECK(client.Get("/missing.js")->status == 401);
+  httplib::Headers key = {{"Authorization", "Bearer web-key"}};
+  CHECK(client.Get("/v1/models", key)->status == 200);
+  CHECK(client.Get("/missing.js", key)->status == 404);
+  // Paths that climb out of the folder, plain and percent-encoded, are refused.
+  for (const std::string target : {"/../secret.txt", "/model/../../secret.txt", "/%2e%2e/secret.txt", "/model/%2E%2E/%2E%2E/secret.txt", "/..%2fsecret.txt"}) {
+    CAPTURE(target);
+    const std::string reply = raw_get(server, target);
+    CHECK(reply.rfind("HTTP/1.1 200", 0) != 0);
+    CHECK(reply.find("not to be served") == std::string::npos);
+  }
   CHECK(server.stop(SIGTERM) == 0);
 }
 

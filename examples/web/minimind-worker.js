@@ -6,10 +6,16 @@
 // Worker -> page: {type: "progress", text, fraction} | {type: "loaded", info} | {type: "trace", trace}
 //   | {type: "piece", text} | {type: "done", finish_reason, speed} | {type: "bench", result} | {type: "error", message}.
 "use strict";
-importScripts("minimind-web.js");
+
+// Threads need SharedArrayBuffer, which the browser gives only to a cross-origin isolated page
+// (minimind-server --web-root sends the headers): there the build with pthreads, one per core
+// (at most 8), else the one-thread build. The pthreads' workers load the same script.
+const threads = self.crossOriginIsolated ? Math.min(navigator.hardwareConcurrency || 1, 8) : 1;
+const library = threads > 1 ? "minimind-web-threads.js" : "minimind-web.js";
+importScripts(library);
 
 const demoFiles = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"];
-const modulePromise = createMiniMind();
+const modulePromise = createMiniMind({ threadPool: threads - 1, mainScriptUrlOrBlob: library });
 let stopRequested = false;
 let generating = false;
 let loads = 0;

@@ -7,6 +7,7 @@
 #include <minimind/trace.hpp>
 
 #include <emscripten/bind.h>
+#include <emscripten/em_asm.h>
 
 #include <algorithm>
 #include <chrono>
@@ -33,6 +34,16 @@ std::string guarded(F&& f) {
   } catch (const std::exception& e) {
     return dump(Json{{"error", e.what()}});
   }
+}
+
+// Threads per forward pass: with pthreads (minimind-web-threads) the caller and every worker the
+// module started with (Module.threadPool, minimind-worker.js), else one.
+int threads() {
+#ifdef __EMSCRIPTEN_PTHREADS__
+  return 1 + EM_ASM_INT({ return Module.threadPool; });
+#else
+  return 1;
+#endif
 }
 
 const minimind::Pretrained<float>& model() {
@@ -69,7 +80,7 @@ std::string load(const std::string& path) {
     chat_template.reset();
     loaded.reset();
     minimind::LoadOptions options;
-    options.threads = 1;
+    options.threads = threads();
     loaded.emplace(minimind::load_pretrained<float>(path, options));
     const auto& config = loaded->model.config();
     Json info = {{"path", path},
@@ -79,6 +90,7 @@ std::string load(const std::string& path) {
                  {"context", config.max_position_embeddings},
                  {"parameters", loaded->model.num_parameters()},
                  {"kernels", minimind::kernels::name()},
+                 {"threads", loaded->model.threads()},
                  {"tokenizer", loaded->tokenizer.has_value()}};
     if (loaded->tokenizer) {
       try {
@@ -190,9 +202,9 @@ std::string load_shape(const std::string& name) {
     else if (name == "minimind-3") config = minimind::Config::minimind3();
     else throw minimind::Error("unknown shape \"" + name + "\" (minimind2-small or minimind-3)");
     minimind::LoadOptions options;
-    options.threads = 1;
+    options.threads = threads();
     loaded.emplace(minimind::Pretrained<float>{name, minimind::MiniMindForCausalLM<float>::random(config, 1, options), std::nullopt, {}});
-    return Json{{"path", name}, {"parameters", loaded->model.num_parameters()}, {"kernels", minimind::kernels::name()}};
+    return Json{{"path", name}, {"parameters", loaded->model.num_parameters()}, {"kernels", minimind::kernels::name()}, {"threads", loaded->model.threads()}};
   });
 }
 

@@ -3,18 +3,22 @@
 // first with the probability minimind-next printed (within 1e-5); the controls that need the server
 // (Think, JSON mode, Tools) are disabled with a tooltip saying so; a chat reply streams in; the page
 // shows the tokens/s it measured; the demo model's files opened through the file input load and
-// give the same probability; no page error, and no request but to the page's own origin.
-// Usage: node browser.mjs WEB_DIR MODEL_DIR EXPECTED_PROBABILITY SCREENSHOT_PREFIX [--bench]
-// (screenshots: SCREENSHOT_PREFIX-chat.png and -inspect.png)
-// --bench also prints prefill/decode tokens/s timed inside the page's worker (minimind-bench's pp/tg).
+// give the same probability; no page error, and no request but to the page's own origin. Then the
+// same folder from ISOLATED_ORIGIN (minimind-server --web-root, which sends the cross-origin
+// isolation headers): the page is cross-origin isolated, runs the threaded build on every core
+// (at most 8), and inspecting gives the same probability.
+// Usage: node browser.mjs WEB_DIR MODEL_DIR EXPECTED_PROBABILITY SCREENSHOT_PREFIX ISOLATED_ORIGIN [--bench]
+// (screenshots: SCREENSHOT_PREFIX-chat.png, -inspect.png and -isolated.png)
+// --bench also prints prefill/decode tokens/s timed inside the page's worker (minimind-bench's pp/tg),
+// one thread and threaded.
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
 import puppeteer from "puppeteer-core";
 
-const [webDir, modelDir, expectedText, screenshot, benchFlag] = process.argv.slice(2);
-if (!webDir || !modelDir || !expectedText || !screenshot) {
-  throw new Error("usage: node browser.mjs WEB_DIR MODEL_DIR EXPECTED_PROBABILITY SCREENSHOT [--bench]");
+const [webDir, modelDir, expectedText, screenshot, isolatedOrigin, benchFlag] = process.argv.slice(2);
+if (!webDir || !modelDir || !expectedText || !screenshot || !isolatedOrigin) {
+  throw new Error("usage: node browser.mjs WEB_DIR MODEL_DIR EXPECTED_PROBABILITY SCREENSHOT ISOLATED_ORIGIN [--bench]");
 }
 const expected = Number(expectedText);
 const problems = [];
@@ -60,23 +64,50 @@ function checkFirst(first, when) {
   console.log(`browser.mjs: ${when}: first top-k row ${JSON.stringify(first.text.replace(/\s+/g, " "))} p=${first.probability} (minimind-next: ${expected})`);
 }
 
-try {
+// A page at `at` whose errors and requests outside that origin are problems; the requests it made
+// are listed in `intercepted`. Resolves once the demo model is loaded.
+async function openPage(at, intercepted) {
   const page = await browser.newPage();
   await page.setViewport({ width: 1366, height: 900 });
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
   page.on("console", (m) => { if (m.type() === "error") problems.push("console error: " + m.text()); });
-  const intercepted = [];
   await page.setRequestInterception(true);
   page.on("request", (request) => {
     const target = request.url();
     intercepted.push(target);
-    if (target.startsWith("data:") || target.startsWith("blob:") || new URL(target).origin === origin) return request.continue();
+    if (target.startsWith("data:") || target.startsWith("blob:") || new URL(target).origin === at) return request.continue();
     problems.push("request outside the page's origin: " + target);
     request.abort();
   });
-  await page.goto(origin + "/", { waitUntil: "load" });
+  await page.goto(at + "/", { waitUntil: "load" });
   await page.waitForSelector("#model-name[data-loaded]", { timeout: 120000 });
-  console.log("browser.mjs: loaded: " + (await page.$eval("#model-name", (e) => e.textContent)));
+  console.log("browser.mjs: loaded from " + at + ": " + (await page.$eval("#model-name", (e) => e.textContent)));
+  return page;
+}
+
+// minimind-bench's pp128 and tg128 timed in the page's worker, median of 5 after a warm-up; the demo
+// model, then random weights of minimind2-small's shape (minimind-bench --shape).
+async function bench(page, label) {
+  for (const shape of [null, "minimind2-small"]) {
+    if (shape) {
+      await page.evaluate((name) => { delete document.getElementById("model-name").dataset.loaded; worker.postMessage({ type: "shape", name }); }, shape);
+      await page.waitForSelector("#model-name[data-loaded]", { timeout: 120000 });
+    }
+    const runs = { prefill_tokens_per_second: [], decode_tokens_per_second: [] };
+    for (let r = 0; r <= 5; ++r) {
+      const result = await page.evaluate(() => ask({ type: "bench", prompt: 128, decode: 128 }));
+      if (r > 0) for (const key in runs) runs[key].push(result[key]);
+    }
+    const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+    console.log("browser.mjs: bench " + (shape || "demo") + ", " + label + ": pp128 " + median(runs.prefill_tokens_per_second).toFixed(1) +
+                " tok/s, tg128 " + median(runs.decode_tokens_per_second).toFixed(1) + " tok/s (median of 5)");
+  }
+}
+
+try {
+  const intercepted = [];
+  const page = await openPage(origin, intercepted);
+  if (await page.$eval("#model-name", (e) => e.dataset.threads) !== "1") problems.push("a page that is not cross-origin isolated runs more than one thread");
 
   checkFirst(await inspectFirst(page), "demo model");
   const lensRows = await page.$$eval("#lens tr", (rows) => rows.length);
@@ -140,23 +171,21 @@ try {
   await page.select("#head", "1");
   await page.screenshot({ path: screenshot + "-inspect.png", fullPage: true });
 
+  // Cross-origin isolated (minimind-server --web-root): the threaded build, the same probability.
+  const isolatedRequests = [];
+  const isolated = await openPage(isolatedOrigin, isolatedRequests);
+  const cores = await isolated.evaluate(() => navigator.hardwareConcurrency);
+  const threads = Number(await isolated.$eval("#model-name", (e) => e.dataset.threads));
+  if (!(await isolated.evaluate(() => crossOriginIsolated))) problems.push("the page from minimind-server --web-root is not cross-origin isolated");
+  if (threads !== Math.min(cores, 8)) problems.push(`the isolated page runs ${threads} threads on ${cores} cores`);
+  if (cores > 1 && !isolatedRequests.some((u) => u.endsWith("/minimind-web-threads.wasm"))) problems.push("the isolated page did not load minimind-web-threads.wasm");
+  await isolated.click("#tab-inspect");
+  checkFirst(await inspectFirst(isolated), `from minimind-server --web-root, cross-origin isolated, ${threads} threads`);
+  await isolated.screenshot({ path: screenshot + "-isolated.png", fullPage: true });
+
   if (benchFlag === "--bench") {
-    // Median of 5 after a warm-up, as minimind-bench reports; the demo model, then random weights
-    // of minimind2-small's shape (minimind-bench --shape).
-    for (const shape of [null, "minimind2-small"]) {
-      if (shape) {
-        await page.evaluate((name) => { delete document.getElementById("model-name").dataset.loaded; worker.postMessage({ type: "shape", name }); }, shape);
-        await page.waitForSelector("#model-name[data-loaded]", { timeout: 120000 });
-      }
-      const runs = { prefill_tokens_per_second: [], decode_tokens_per_second: [] };
-      for (let r = 0; r <= 5; ++r) {
-        const result = await page.evaluate(() => ask({ type: "bench", prompt: 128, decode: 128 }));
-        if (r > 0) for (const key in runs) runs[key].push(result[key]);
-      }
-      const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-      console.log("browser.mjs: bench " + (shape || "demo") + ": pp128 " + median(runs.prefill_tokens_per_second).toFixed(1) +
-                  " tok/s, tg128 " + median(runs.decode_tokens_per_second).toFixed(1) + " tok/s (median of 5)");
-    }
+    await bench(page, "1 thread");
+    await bench(isolated, threads + " threads");
   }
 
   // Every request the static server saw came through the page's interception too (the worker's included).

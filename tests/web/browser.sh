@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The in-browser page: drives build-web/web (minimind-web's folder, served as static files from
-# 127.0.0.1) in headless Chromium (browser.mjs); the expected probability of 很 after 今天天气 comes
-# from the native minimind-next --json.
-# Usage: tests/web/browser.sh BUILD_DIR WEB_BUILD_DIR [--bench]   (BUILD_DIR holds bin/minimind-next,
-# WEB_BUILD_DIR the built minimind-web target; the screenshots go to WEB_BUILD_DIR/web-screenshot-*.png)
+# 127.0.0.1, then by minimind-server --web-root, cross-origin isolated) in headless Chromium
+# (browser.mjs); the expected probability of 很 after 今天天气 comes from the native minimind-next --json.
+# Usage: tests/web/browser.sh BUILD_DIR WEB_BUILD_DIR [--bench]   (BUILD_DIR holds bin/minimind-next
+# and bin/minimind-server, WEB_BUILD_DIR the built minimind-web target; the screenshots go to
+# WEB_BUILD_DIR/web-screenshot-*.png)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="$(cd "${1:?usage: browser.sh BUILD_DIR WEB_BUILD_DIR}" && pwd)"
@@ -16,5 +17,9 @@ npm_ci_once "$here" puppeteer-core
 probability="$("$build/bin/minimind-next" --json --prompt 今天天气 |
   node -e 'const j = JSON.parse(require("fs").readFileSync(0, "utf8")); if (j.top[0].text !== "很") process.exit(1); console.log(j.top[0].probability)')"
 
-node "$here/browser.mjs" "$web_build/web" "$here/../../examples/models/demo" "$probability" "$web_build/web-screenshot" "${3:-}"
+start_server "$build" --web-root "$web_build/web" --slots 1 --threads 1
+page_status=0
+node "$here/browser.mjs" "$web_build/web" "$here/../../examples/models/demo" "$probability" "$web_build/web-screenshot" "$server_url" "${3:-}" ||
+  page_status=$?
+stop_server_after "in-browser page" "$page_status"
 echo "browser.sh: in-browser page in headless Chromium: ok"

@@ -161,8 +161,10 @@ inline void products(const View& w, const Positions& x, float* y, Index y_stride
   // compiler cannot fuse or not fuse differently for different numbers of positions.
   for (Index p = begin / kRows; p * kRows < end; ++p) {
     const auto [lo, hi] = lanes_of(p);
-    for (Index q = 0; q < x.n; q += kGroup) {
-      const Index count = std::min(kGroup, x.n - q);
+    // A group stays inside one of x's panels of positions (WebAssembly's GEMM packs 8).
+    const Index group = std::min(kGroup, x.lanes);
+    for (Index q = 0; q < x.n; q += group) {
+      const Index count = std::min(group, x.n - q);
       const float* panel = w.data + p * panel_floats;
       const float* xk = x.at(q);
       alignas(64) float sums[kGroup][kRows];

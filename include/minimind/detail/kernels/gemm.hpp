@@ -15,8 +15,9 @@
 // panels, the next block's f32 or bf16 lines are prefetched. gemm_each does several products
 // of one X (q, k, v) with one pack and one dispatch.
 //
-// All of it is the target section at the end, compiled once per target (simd.hpp); targets
-// without AVX2 fall back to Eigen's GEMM on widened panels.
+// WebAssembly SIMD128 has the same structure with a 4 x 8 tile and no prefetches.
+// All of it is the target section at the end, compiled once per target (simd.hpp); the other
+// targets (scalar, NEON) fall back to Eigen's GEMM on widened panels.
 #ifndef MINIMIND_DETAIL_KERNELS_GEMM_HPP
 #define MINIMIND_DETAIL_KERNELS_GEMM_HPP
 #include "minimind/detail/kernels/formats.hpp"
@@ -89,6 +90,12 @@ inline constexpr Index kRows = 12;   // weight rows per micro-kernel
 #elif MINIMIND_AVX2
 inline constexpr Index kPanel = 16;
 inline constexpr Index kRows = 6;
+#elif MINIMIND_WASM_SIMD
+// The engine has x86's 16 xmm registers, and SIMD128 no FMA: each product needs a register of its
+// own before it is added. 4 rows x 8 positions is 8 accumulators, two vectors of Xp, a broadcast
+// weight and that product.
+inline constexpr Index kPanel = 8;
+inline constexpr Index kRows = 4;
 #endif
 
 #if MINIMIND_AVX2
@@ -303,11 +310,54 @@ inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, con
   }
   for (Index i = 0; i < mr; ++i) micro_kernel_1(kc, w + i * w_stride, xp, ct + i * ct_stride, accumulate);
 }
+#elif MINIMIND_WASM_SIMD
+// A tile of R rows x 8 positions: ct[i][0..8) (+)= sum_k w[i][k] * xp[k][0..8) for i < R, the
+// weight broadcast as it loads (v128.load32_splat). The loops over i have constant bounds and are
+// unrolled, so the accumulators stay in registers.
+template <int R>
+inline void micro_kernel_rows(Index kc, const float* w, Index ws, const float* xp, float* ct, Index cs, bool accumulate) {
+  v128_t acc[R][2];
+#pragma clang loop unroll(full)
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = wasm_f32x4_splat(0.0f);
+  for (Index k = 0; k < kc; ++k, xp += kPanel) {
+    const v128_t x0 = wasm_v128_load(xp), x1 = wasm_v128_load(xp + 4);
+#pragma clang loop unroll(full)
+    for (int i = 0; i < R; ++i) {
+      const v128_t b = wasm_v128_load32_splat(w + i * ws + k);
+      acc[i][0] = wasm_f32x4_add(acc[i][0], wasm_f32x4_mul(b, x0));
+      acc[i][1] = wasm_f32x4_add(acc[i][1], wasm_f32x4_mul(b, x1));
+    }
+  }
+#pragma clang loop unroll(full)
+  for (int i = 0; i < R; ++i) {
+    float* c = ct + i * cs;
+    if (accumulate) {
+      acc[i][0] = wasm_f32x4_add(acc[i][0], wasm_v128_load(c));
+      acc[i][1] = wasm_f32x4_add(acc[i][1], wasm_v128_load(c + 4));
+    }
+    wasm_v128_store(c, acc[i][0]);
+    wasm_v128_store(c + 4, acc[i][1]);
+  }
+}
+
+// The tile is always 8 positions wide (`positions` is not used); the last 1..3 rows of a range in
+// tiles of their own.
+inline void micro_kernel(Index mr, Index kc, const float* w, Index w_stride, const float* xp, float* ct,
+                         Index ct_stride, bool accumulate, Index /*positions*/) {
+  for (; mr >= kRows; mr -= kRows, w += kRows * w_stride, ct += kRows * ct_stride) {
+    micro_kernel_rows<kRows>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+  }
+  if (mr == 3) micro_kernel_rows<3>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+  else if (mr == 2) micro_kernel_rows<2>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+  else if (mr == 1) micro_kernel_rows<1>(kc, w, w_stride, xp, ct, ct_stride, accumulate);
+}
 #endif
 
 #if MINIMIND_AVX2
+// The side of the squares pack_panel and unpack transpose in registers.
+inline constexpr Index kSquare = 8;
 // 8x8 transpose of rows src[i * src_stride + 0..8) into dst[j * dst_stride + 0..8).
-inline void transpose8(const float* src, Index src_stride, float* dst, Index dst_stride) {
+inline void transpose_square(const float* src, Index src_stride, float* dst, Index dst_stride) {
   __m256 r[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -327,17 +377,34 @@ inline void transpose8(const float* src, Index src_stride, float* dst, Index dst
   _mm256_storeu_ps(dst + 6 * dst_stride, _mm256_permute2f128_ps(u2, u6, 0x31));
   _mm256_storeu_ps(dst + 7 * dst_stride, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
+#elif MINIMIND_WASM_SIMD
+inline constexpr Index kSquare = 4;
+// 4x4 transpose of rows src[i * src_stride + 0..4) into dst[j * dst_stride + 0..4).
+inline void transpose_square(const float* src, Index src_stride, float* dst, Index dst_stride) {
+  const v128_t r0 = wasm_v128_load(src), r1 = wasm_v128_load(src + src_stride);
+  const v128_t r2 = wasm_v128_load(src + 2 * src_stride), r3 = wasm_v128_load(src + 3 * src_stride);
+  const v128_t t0 = wasm_i32x4_shuffle(r0, r1, 0, 4, 1, 5), t1 = wasm_i32x4_shuffle(r0, r1, 2, 6, 3, 7);
+  const v128_t t2 = wasm_i32x4_shuffle(r2, r3, 0, 4, 1, 5), t3 = wasm_i32x4_shuffle(r2, r3, 2, 6, 3, 7);
+  wasm_v128_store(dst, wasm_i32x4_shuffle(t0, t2, 0, 1, 4, 5));
+  wasm_v128_store(dst + dst_stride, wasm_i32x4_shuffle(t0, t2, 2, 3, 6, 7));
+  wasm_v128_store(dst + 2 * dst_stride, wasm_i32x4_shuffle(t1, t3, 0, 1, 4, 5));
+  wasm_v128_store(dst + 3 * dst_stride, wasm_i32x4_shuffle(t1, t3, 2, 3, 6, 7));
+}
+#endif
 
+#if MINIMIND_AVX2 || MINIMIND_WASM_SIMD
 // Packs positions [p * kPanel, (p + 1) * kPanel) of x (rows of `cols`, zero beyond n) into xp panel p.
 inline void pack_panel(const float* x, Index x_stride, Index n, Index cols, Index p, float* xp) {
   float* dst = xp + p * cols * kPanel;
   const Index first = p * kPanel;
-  // Whole groups of 8 positions by transposition (a batch's decode step often fills part of a
+  // Whole squares of positions by transposition (a batch's decode step often fills part of a
   // panel), the rest one value at a time, zero past n.
-  const Index whole = std::clamp<Index>((n - first) / 8 * 8, 0, kPanel);
+  const Index whole = std::clamp<Index>((n - first) / kSquare * kSquare, 0, kPanel);
   Index k = 0;
-  for (; k + 8 <= cols; k += 8) {
-    for (Index j = 0; j < whole; j += 8) transpose8(x + (first + j) * x_stride + k, x_stride, dst + k * kPanel + j, kPanel);
+  for (; k + kSquare <= cols; k += kSquare) {
+    for (Index j = 0; j < whole; j += kSquare) {
+      transpose_square(x + (first + j) * x_stride + k, x_stride, dst + k * kPanel + j, kPanel);
+    }
   }
   const Index valid = std::clamp<Index>(n - first, 0, kPanel);
   for (Index c = 0; c < cols; ++c) {
@@ -347,16 +414,18 @@ inline void pack_panel(const float* x, Index x_stride, Index n, Index cols, Inde
   }
 }
 
-// y[i][r] = ct[r][i] for r < rows, i < n, 8 positions at a time: each of their rows of y is
-// written whole before the next 8. Going 8 rows at a time over all positions wrote 32 bytes into
-// each of n rows of y per step, and waited on those stores (commit 4ad2c78).
+// y[i][r] = ct[r][i] for r < rows, i < n, a square of positions at a time: each of their rows of
+// y is written whole before the next square. Going a square of rows at a time over all positions
+// wrote 32 bytes into each of n rows of y per step, and waited on those stores (commit 4ad2c78).
 inline void unpack(const float* ct, Index ct_stride, Index rows, Index n, float* y, Index y_stride) {
   Index i = 0;
-  for (; i + 8 <= n; i += 8) {
+  for (; i + kSquare <= n; i += kSquare) {
     Index r = 0;
-    for (; r + 8 <= rows; r += 8) transpose8(ct + r * ct_stride + i, ct_stride, y + i * y_stride + r, y_stride);
+    for (; r + kSquare <= rows; r += kSquare) {
+      transpose_square(ct + r * ct_stride + i, ct_stride, y + i * y_stride + r, y_stride);
+    }
     for (; r < rows; ++r)
-      for (Index j = 0; j < 8; ++j) y[(i + j) * y_stride + r] = ct[r * ct_stride + i + j];
+      for (Index j = 0; j < kSquare; ++j) y[(i + j) * y_stride + r] = ct[r * ct_stride + i + j];
   }
   for (; i < n; ++i)
     for (Index r = 0; r < rows; ++r) y[i * y_stride + r] = ct[r * ct_stride + i];
@@ -453,12 +522,16 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
     x_stride = cols;
   }
 
+#if MINIMIND_AVX2 || MINIMIND_WASM_SIMD
 #if MINIMIND_AVX2
   static_assert(int8_gemm::MINIMIND_TARGET::kPanel == kPanel);
+#endif
   const Index panels = (n + kPanel - 1) / kPanel, npad = panels * kPanel;
   if (any_float) ensure(scratch.xp, panels * cols * kPanel);
   float* xp = scratch.xp.data();
+#if MINIMIND_AVX2
   if (any_int8) int8_gemm::MINIMIND_TARGET::reserve(scratch.x8_panels, n, cols);
+#endif
   if (static_cast<int>(scratch.ct.size()) < threads) scratch.ct.resize(static_cast<size_t>(threads));
   if (static_cast<int>(scratch.wbuf.size()) < threads) scratch.wbuf.resize(static_cast<size_t>(threads));
 
@@ -466,7 +539,9 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
     if (any_float) {
       for (Index p = begin; p < end; ++p) pack_panel(x, x_stride, n, cols, p, xp);
     }
+#if MINIMIND_AVX2
     if (any_int8) int8_gemm::MINIMIND_TARGET::pack(x_in, x_in_stride, n, cols, begin, end, scratch.x8_panels);
+#endif
   };
   // Rows [r0, r1) of one product, on thread t.
   auto compute = [&](const GemmProduct& product, Index r0, Index r1, int t) {
@@ -477,6 +552,7 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
       } else {
         AlignedFloats& ct = scratch.ct[static_cast<size_t>(t)];
         ensure(ct, (r1 - r0) * npad);
+#if MINIMIND_AVX2
         if constexpr (requires { int8_products(w, scratch.x8_panels, r0, r1, xp, xp, npad); }) {
           if (on_int8(product)) {
             AlignedFloats& buffer = scratch.wbuf[static_cast<size_t>(t)];
@@ -486,6 +562,7 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
             return;
           }
         }
+#endif
         ensure(scratch.wbuf[static_cast<size_t>(t)], kRows * kKc);
         float* wbuf = scratch.wbuf[static_cast<size_t>(t)].data();
         // kRows rows at a time, each over all its columns in blocks of KC: the rows are read front
@@ -497,6 +574,13 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
             Index ws;
             const float* wp = block(w, r, mr, k0, kc, wbuf, ws);
             float* c = ct.data() + (r - r0) * npad;
+#if MINIMIND_WASM_SIMD
+            // WebAssembly has no prefetch instruction: the engine's loads are all there is.
+            for (Index p = 0; p < panels; ++p) {
+              micro_kernel(mr, kc, wp, ws, xp + p * cols * kPanel + k0 * kPanel, c + p * kPanel, npad, k0 > 0,
+                           std::min(kPanel, n - p * kPanel));
+            }
+#else
             // The weights come from DRAM in pieces of kRows rows x KC columns, too short for the
             // hardware prefetcher to learn: ask for the next piece (the same rows' next columns, or
             // the next rows' first), a share of its lines per panel.
@@ -521,6 +605,7 @@ inline void gemm_each(const float* x, Index x_stride, Index n, std::span<const G
               next.ask(next.budget);  // those the micro-kernel had no steps left for
               next.budget = 0;
             }
+#endif
           }
         }
         unpack(ct.data(), npad, r1 - r0, n, product.y + r0, product.y_stride);

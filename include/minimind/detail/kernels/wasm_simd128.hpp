@@ -2,7 +2,8 @@
 // WebAssembly SIMD128 versions of the decode dot products, for the wasm_simd128 target (simd.hpp
 // includes this when the build has it, MINIMIND_HAS_WASM_SIMD: compile with -msimd128). SIMD128
 // has no fused multiply-add (that is the later relaxed-simd proposal), so products and sums are
-// two instructions. Prefill stays on Eigen's GEMM, which has its own SIMD128 kernels.
+// two instructions. Prefill's products have their own SIMD128 micro-kernel in gemm.hpp (Eigen 3.4's
+// GEMM has no WebAssembly path, and ran at a sixth of native one-thread prefill).
 #include "minimind/tensor.hpp"
 
 #include <wasm_simd128.h>

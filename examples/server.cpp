@@ -48,7 +48,7 @@ int run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a closed connection is a failed write, not a dead process
 
-  cli::Args args("minimind-server", "an OpenAI-compatible HTTP server (chat/completions, completions, models, health)");
+  cli::Args args("minimind-server", "an OpenAI-compatible HTTP server (chat/completions, completions, models, health, metrics)");
   cli::lora_flags(cli::model_flag(args))
       .toggle("--lora-init-without-apply", "load the adapters with global scale 0: requests use them only when they ask (lora field)")
       .value("--host", "address to listen on (default 127.0.0.1)")
@@ -141,7 +141,10 @@ int run(int argc, char** argv) {
     deadlines.begin(routes::Connection::of(req).fd());
     return keys.check(req, res);
   });
-  http.set_logger([&deadlines](const httplib::Request&, const httplib::Response&) { deadlines.end(); });
+  http.set_logger([&deadlines, &server](const httplib::Request& req, const httplib::Response& res) {
+    deadlines.end();
+    server.answered(req, res);
+  });
 
   int bound = static_cast<int>(port);
   if (port == 0) {

@@ -626,16 +626,17 @@ TEST_CASE("minimind-server: /metrics counts requests and tokens exactly, and its
   CHECK(scraped >= 1);
   CHECK(scraped < scrapes);
 
-  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   for (const Json& usage : usages) {
     prompt_tokens += usage.at("prompt_tokens").get<int64_t>();
     completion_tokens += usage.at("completion_tokens").get<int64_t>();
+    if (usage.contains("prompt_tokens_details")) cached_tokens += usage["prompt_tokens_details"].value("cached_tokens", int64_t{0});
   }
   CHECK(completion_tokens == 5 + 4 + 6 + 4 * 8);
   auto moved = [&](const std::string& name) { return *after.value(name) - *before.value(name); };
   CHECK(moved("minimind_prompt_tokens_total") == prompt_tokens);
   CHECK(moved("minimind_generated_tokens_total") == completion_tokens);
-  CHECK(moved("minimind_prompt_tokens_cached_total") == 0);
+  CHECK(moved("minimind_prompt_tokens_cached_total") == cached_tokens);
   CHECK(after.value("minimind_slots") == 4);
   CHECK(after.value("minimind_slots_busy") == 0);
   CHECK(after.value("minimind_queue_length") == 0);

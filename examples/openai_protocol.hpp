@@ -661,6 +661,10 @@ inline void check_constrained_job(const ChatRequest& chat, const Job& job, const
 // How a reply's generation ended, as the protocol reports it.
 struct Outcome {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  // Prompt tokens reused from the prompt cache, not prefilled: 0 until the Engine has one (issue
+  // 46, item 2), which will report them per request in EngineOutcome; outcome_of copies them here.
+  int64_t cached_tokens = 0;
+  minimind::EngineOutcome engine;  // the engine's account: ids sampled, and when (for /metrics)
   std::string finish_reason;  // "stop" or "length"; empty when cut short
   bool eos = false;           // the reply ended with an eos id (a constrained one: its document is whole)
   bool disconnected = false, cancelled = false;  // the client went; the server is shutting down
@@ -672,6 +676,7 @@ inline Outcome outcome_of(const minimind::TextOutcome& text) {
   Outcome outcome;
   outcome.prompt_tokens = text.engine.prompt_tokens;
   outcome.completion_tokens = text.completion_tokens;
+  outcome.engine = text.engine;
   outcome.eos = text.eos;
   outcome.disconnected = text.gone;
   outcome.cancelled = text.shut_down;

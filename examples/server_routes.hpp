@@ -4,6 +4,7 @@
 // server-sent events; how a handler notices that its client has gone; httplib's own errors in
 // the OpenAI shape. main() in server.cpp parses the flags and runs the listener.
 #include "openai_protocol.hpp"
+#include "server_metrics.hpp"
 #include "web_page.hpp"
 
 #include <minimind/engine.hpp>
@@ -157,7 +158,7 @@ class Server {
         template_(load_template(tokenizer_)),
         model_id_(std::move(model_id)),
         context_(context),
-        engine_(checkpoint.model, engine_options(slots, max_queue, context)),
+        engine_(checkpoint.model, engine_options(slots, max_queue, context, metrics_)),
         lora_(std::move(adapters)),
         created_(std::time(nullptr)) {}
 
@@ -166,6 +167,9 @@ class Server {
       const auto s = engine_.status();
       send_json(res, engine_.stopping() ? 503 : 200,
                 {{"status", engine_.stopping() ? "stopping" : "ok"}, {"slots_total", s.slots}, {"slots_idle", s.idle}, {"queued", s.queued}});
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_.render(engine_.status()), server_metrics::kContentType);
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, {{"object", "list"}, {"data", Json::array({model_json()})}});
@@ -186,12 +190,16 @@ class Server {
   // Waiting requests get 503, running ones stop at their next token.
   void stop() { engine_.shutdown(); }
 
+  // Every request once its reply is written (httplib's logger): counted for /metrics.
+  void answered(const httplib::Request& req, const httplib::Response& res) { metrics_.request(req.method, req.path, res.status); }
+
  private:
-  static minimind::EngineOptions engine_options(int slots, size_t max_queue, minimind::Index context) {
+  static minimind::EngineOptions engine_options(int slots, size_t max_queue, minimind::Index context, server_metrics::Metrics& metrics) {
     minimind::EngineOptions options;
     options.slots = slots;
     options.max_queue = max_queue;
     options.context = context;
+    options.on_step = [&metrics](const minimind::EngineStep& step) { metrics.step(step); };
     return options;
   }
 
@@ -209,6 +217,7 @@ class Server {
   Json model_json() const { return {{"id", model_id_}, {"object", "model"}, {"created", created_}, {"owned_by", "minimind"}}; }
 
   void handle(Endpoint kind, const httplib::Request& req, httplib::Response& res) {
+    const auto arrived = server_metrics::Clock::now();
     try {
       const Json body = openai::parse_body(req.body);
       openai::check_fields(body, kind);
@@ -244,7 +253,7 @@ class Server {
       if (!generation) return;
       const std::string id = new_id(kind);
       const auto created = static_cast<int64_t>(std::time(nullptr));
-      if (job->stream) return stream(kind, job, chat, std::make_shared<RequestHandle>(std::move(*generation)), id, created, res);
+      if (job->stream) return stream(kind, job, chat, std::make_shared<RequestHandle>(std::move(*generation)), id, created, arrived, res);
 
       std::string text;
       std::optional<openai::ChatReplyWriter> writer;
@@ -259,7 +268,7 @@ class Server {
         text += piece;
         return Delivery::more;
       });
-      log(kind, outcome);
+      finished(kind, outcome, arrived);
       if (outcome.cancelled) throw openai::shutting_down_error();
       if (outcome.disconnected) return send_error(res, ApiError(503, "the client closed the connection", "server_error"));
       Json fields;
@@ -366,11 +375,11 @@ class Server {
   // content, tool call), then a chunk with finish_reason and usage, then `data: [DONE]`. Headers
   // are already sent when generation starts, so a failure after that is reported as an error event.
   void stream(Endpoint kind, std::shared_ptr<Job> job, std::shared_ptr<const openai::ChatRequest> chat, std::shared_ptr<RequestHandle> generation,
-              std::string id, int64_t created, httplib::Response& res) {
+              std::string id, int64_t created, server_metrics::Clock::time_point arrived, httplib::Response& res) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, kind, job, chat, generation, id, created](size_t, httplib::DataSink& sink) {
+        [this, kind, job, chat, generation, id, created, arrived](size_t, httplib::DataSink& sink) {
           auto event = [&](const Json& data) {
             const std::string line = openai::sse_event(data);
             return sink.write(line.data(), line.size());
@@ -417,7 +426,7 @@ class Server {
             generation->cancel();
             event(error_json(ApiError(500, e.what(), "server_error")));
           }
-          log(kind, outcome);
+          finished(kind, outcome, arrived);
           if (!outcome.disconnected) {
             static const std::string done = "data: [DONE]\n\n";
             sink.write(done.data(), done.size());
@@ -439,7 +448,9 @@ class Server {
     return (kind == Endpoint::chat ? "chatcmpl-" : "cmpl-") + std::string(hex);
   }
 
-  void log(Endpoint kind, const Outcome& o) const {
+  // A generation has ended: logged, and counted for /metrics.
+  void finished(Endpoint kind, const Outcome& o, server_metrics::Clock::time_point arrived) {
+    metrics_.generation(o, arrived);
     const char* end = o.disconnected ? "client disconnected" : o.cancelled ? "cancelled (shutting down)" : o.finish_reason.c_str();
     std::fprintf(stderr, "minimind-server: %s: prompt %lld tokens, completion %lld tokens, finish: %s\n",
                  kind == Endpoint::chat ? "chat" : "completion", static_cast<long long>(o.prompt_tokens),
@@ -452,6 +463,7 @@ class Server {
   const std::optional<minimind::ChatTemplate> template_;
   const std::string model_id_;
   const minimind::Index context_;
+  server_metrics::Metrics metrics_;  // before engine_, whose scheduler thread records steps in it
   minimind::Engine<float> engine_;
   openai::LoraAdapters lora_;
   const int64_t created_;

@@ -12,6 +12,9 @@ start_server() {
   binary="$(cd "$build" && pwd)/bin/minimind-server"
   [ -x "$binary" ] || { echo "$binary not found; build the minimind-server target first" >&2; return 1; }
   server_work="$(mktemp -d)"
+  # Made here, not by the redirection below, which runs in the background and may come after the
+  # first read of stdout (a failed sed under set -e would end the caller).
+  : >"$server_work/stdout"
   "$binary" --host 127.0.0.1 --port 0 "$@" >"$server_work/stdout" 2>"$server_work/stderr" &
   server_pid=$!
   trap 'kill -KILL "$server_pid" 2>/dev/null || true; rm -rf "$server_work"' EXIT

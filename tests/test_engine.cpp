@@ -1,13 +1,16 @@
 // Engine: requests run together by the scheduler thread give what generate() gives each alone
 // (greedy ids, stop reasons, counts), with prompts prefilled in chunks, KV caches grown in
 // blocks, requests queued behind busy slots, JSON-schema constraints and LoRA adapters mixed with
-// plain requests; submission and cancel from many threads; a full queue; shutdown in flight.
+// plain requests; submission and cancel from many threads; a full queue; shutdown in flight; the
+// steps reported to on_step and the times of each request's first and last ids.
 #include <doctest/doctest.h>
 #include <minimind/engine.hpp>
 
 #include "golden.hpp"
 
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <thread>
 
 using namespace minimind;
@@ -212,6 +215,66 @@ TEST_CASE("requests submitted and cancelled from several threads") {
   CHECK(failures == 0);
   CHECK(cancelled > 0);
   CHECK(engine.status().idle == 3);
+}
+
+TEST_CASE("on_step sees every step with its batch size; outcomes say when the first and last ids were sampled") {
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(demo_dir);
+  std::mutex mutex;
+  std::vector<EngineStep> steps;
+  EngineOptions options = engine_options(2, 8, 0, 16);
+  options.on_step = [&](const EngineStep& step) {
+    std::lock_guard<std::mutex> lock(mutex);
+    steps.push_back(step);
+  };
+  Engine engine(model, options);
+  std::vector<int32_t> long_prompt;
+  for (int32_t i = 0; i < 70; ++i) long_prompt.push_back(5 + i);
+
+  // Alone: a prompt of 70 ids prefilled 16 a step takes 5 steps, the last sampling the first id;
+  // each further id one step more.
+  const auto submitted = std::chrono::steady_clock::now();
+  auto reply = engine.submit({long_prompt, greedy(3)});
+  CHECK(read_all(reply).size() == 3);
+  const auto read = std::chrono::steady_clock::now();
+  const EngineOutcome outcome = reply.outcome();
+  REQUIRE(outcome.first_token_at);
+  REQUIRE(outcome.last_token_at);
+  CHECK(submitted < *outcome.first_token_at);
+  CHECK(*outcome.first_token_at < *outcome.last_token_at);
+  CHECK(*outcome.last_token_at <= read);
+  {
+    std::lock_guard<std::mutex> lock(mutex);  // every step was reported before its ids were readable
+    CHECK(steps.size() == 7);
+    for (const auto& step : steps) {
+      CHECK(step.sequences == 1);
+      CHECK(step.seconds > 0);
+    }
+    steps.clear();
+  }
+
+  // Together, on two slots: every sampled id is one sequence in one step (the prompts are short),
+  // and no step holds more sequences than there are slots.
+  std::vector<RequestHandle<float>> replies;
+  for (int64_t n : {6, 1, 4}) replies.push_back(engine.submit({{1, 5, 9}, greedy(n)}));
+  size_t generated = 0;
+  for (auto& r : replies) generated += read_all(r).size();
+  CHECK(generated == 11);
+  CHECK(replies[1].outcome().first_token_at == replies[1].outcome().last_token_at);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    size_t sequences = 0;
+    for (const auto& step : steps) {
+      CHECK(step.sequences >= 1);
+      CHECK(step.sequences <= 2);
+      sequences += step.sequences;
+    }
+    CHECK(sequences == generated);
+    CHECK(steps.size() >= 6);
+  }
+  // A request with nothing to generate was never in a step.
+  auto nothing = engine.submit({{1, 5}, greedy(0)});
+  CHECK(read_all(nothing).empty());
+  CHECK(!nothing.outcome().first_token_at);
 }
 
 TEST_CASE("a full queue refuses, a queued request can be cancelled, and a reserved slot counts") {

@@ -6,6 +6,7 @@
 #include <minimind/trace.hpp>
 
 #include "checkpoint_writer.hpp"
+#include "prometheus_text.hpp"
 #include "test_support.hpp"
 
 #include <httplib.h>
@@ -20,10 +21,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -147,6 +151,22 @@ Json get_json(const ServerProcess& server, const std::string& path, int expected
   INFO(path << " -> " << res->status << " " << res->body);
   REQUIRE(res->status == expected_status);
   return Json::parse(res->body);
+}
+
+// GET /metrics, read by the format's checker (which REQUIREs the grammar holds).
+minimind::testing::prometheus::Exposition scrape(const ServerProcess& server, const httplib::Headers& headers = {}) {
+  auto client = server.client();
+  auto res = client.Get("/metrics", headers);
+  REQUIRE(res);
+  INFO(res->body);
+  REQUIRE(res->status == 200);
+  CHECK(res->get_header_value("Content-Type") == "text/plain; version=0.0.4");
+  try {
+    return minimind::testing::prometheus::parse(res->body);
+  } catch (const std::runtime_error& e) {
+    FAIL("/metrics is not in the text exposition format: " << e.what());
+  }
+  return {};
 }
 
 // An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}.
@@ -529,6 +549,139 @@ TEST_CASE("minimind-server: bad requests get OpenAI-style errors with the right 
   CHECK(health["slots_idle"] == 4);
   CHECK(health["queued"] == 0);
   CHECK(post_json(server, chat, chat_request("你好"))["choices"].size() == 1);
+}
+
+TEST_CASE("minimind-server: /metrics counts requests and tokens exactly, and its histograms agree with the steps and replies") {
+  using minimind::testing::prometheus::Exposition;
+  auto& server = demo_server();
+  const Exposition before = scrape(server);
+  int scrapes = 1;
+
+  // Generations whose usage the server reports, each timed by the client; ignore_eos, so that
+  // every id the engine samples is read into the reply.
+  std::vector<Json> usages;
+  double wall_seconds = 0;
+  std::mutex mutex;
+  auto timed = [&](const std::function<Json()>& send) {
+    const auto start = std::chrono::steady_clock::now();
+    const Json usage = send();
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    std::lock_guard<std::mutex> lock(mutex);
+    usages.push_back(usage);
+    wall_seconds += took.count();
+  };
+  auto completion = [&](const Json& prompt, int max_tokens) {
+    timed([&] {
+      return post_json(server, "/v1/completions", {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}})["usage"];
+    });
+  };
+  completion("今天天气", 5);
+  completion(std::vector<int>{5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 4);
+  timed([&] {
+    Json request = chat_request("你好", 6);
+    request["ignore_eos"] = true;
+    request["stream"] = true;
+    const auto chunks = sse_chunks(post_stream(server, "/v1/chat/completions", request).body);
+    REQUIRE(!chunks.empty());
+    return chunks.back().at("usage");
+  });
+  std::vector<std::future<void>> together;
+  for (const char* prompt : {"小明家养了一只猫", "这块石头很硬", "天气", "你好"})
+    together.push_back(std::async(std::launch::async, [&, prompt] { completion(prompt, 8); }));
+  for (auto& f : together) f.get();
+  check_error_body(post_json(server, "/v1/completions", Json{{"max_tokens", 1}}, 400), "invalid_request_error", "prompt");
+  get_json(server, "/v1/models");
+  get_json(server, "/v1/models/demo");
+  get_json(server, "/v1/nothing", 404);
+
+  using Labels = minimind::testing::prometheus::Labels;
+  auto requests = [](const Exposition& m, const std::string& endpoint, const std::string& method, int status) {
+    return m.value("minimind_requests_total", Labels{{"endpoint", endpoint}, {"method", method}, {"status", std::to_string(status)}}).value_or(0);
+  };
+  struct Expected {
+    std::string endpoint, method;
+    int status;
+    double count;
+  };
+  const std::vector<Expected> expected = {{"/v1/completions", "POST", 200, 6}, {"/v1/chat/completions", "POST", 200, 1},
+                                          {"/v1/completions", "POST", 400, 1}, {"/v1/models", "GET", 200, 1},
+                                          {"/v1/models/{id}", "GET", 200, 1},  {"other", "GET", 404, 1}};
+  // A request is counted once its reply is written, which the client may see a moment before.
+  Exposition after;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  bool all_counted = false;
+  while (!all_counted && std::chrono::steady_clock::now() < deadline) {
+    after = scrape(server);
+    ++scrapes;
+    all_counted = std::all_of(expected.begin(), expected.end(), [&](const Expected& e) {
+      return requests(after, e.endpoint, e.method, e.status) - requests(before, e.endpoint, e.method, e.status) >= e.count;
+    });
+  }
+  for (const auto& e : expected) {
+    CAPTURE(e.endpoint);
+    CAPTURE(e.status);
+    CHECK(requests(after, e.endpoint, e.method, e.status) - requests(before, e.endpoint, e.method, e.status) == e.count);
+  }
+  const double scraped = requests(after, "/metrics", "GET", 200) - requests(before, "/metrics", "GET", 200);
+  CHECK(scraped >= 1);
+  CHECK(scraped < scrapes);
+
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  for (const Json& usage : usages) {
+    prompt_tokens += usage.at("prompt_tokens").get<int64_t>();
+    completion_tokens += usage.at("completion_tokens").get<int64_t>();
+    if (usage.contains("prompt_tokens_details")) cached_tokens += usage["prompt_tokens_details"].value("cached_tokens", int64_t{0});
+  }
+  CHECK(completion_tokens == 5 + 4 + 6 + 4 * 8);
+  auto moved = [&](const std::string& name) { return *after.value(name) - *before.value(name); };
+  CHECK(moved("minimind_prompt_tokens_total") == prompt_tokens);
+  CHECK(moved("minimind_generated_tokens_total") == completion_tokens);
+  CHECK(moved("minimind_prompt_tokens_cached_total") == cached_tokens);
+  CHECK(after.value("minimind_slots") == 4);
+  CHECK(after.value("minimind_slots_busy") == 0);
+  CHECK(after.value("minimind_queue_length") == 0);
+
+  // A histogram's change: each observation lies in its bucket, so the sum moved by at least the
+  // lower bounds and at most the upper bounds of the buckets the observations went to.
+  struct Change {
+    double count, sum, low = 0, high = 0;
+  };
+  auto change = [&](const std::string& name) {
+    const auto h0 = before.histogram(name), h1 = after.histogram(name);
+    REQUIRE(h0.buckets.size() == h1.buckets.size());
+    Change c{h1.count - h0.count, h1.sum - h0.sum};
+    double below = 0, previous_bound = 0;
+    for (size_t i = 0; i < h1.buckets.size(); ++i) {
+      const double in_bucket = (h1.buckets[i].second - h0.buckets[i].second) - below;
+      below += in_bucket;
+      c.low += in_bucket * previous_bound;
+      c.high += in_bucket == 0 ? 0 : in_bucket * h1.buckets[i].first;
+      previous_bound = h1.buckets[i].first;
+    }
+    CHECK(c.sum >= c.low - 1e-9);
+    CHECK(c.sum <= c.high + 1e-9);
+    return c;
+  };
+  // Every sampled id took one sequence-step: the batch sizes sum to the tokens generated, the
+  // steps were no fewer than the longest reply's and no more than one per token.
+  const Change batch = change("minimind_step_batch_size");
+  CHECK(batch.sum == completion_tokens);
+  CHECK(batch.count <= completion_tokens);
+  CHECK(batch.count >= 8);
+  const Change step = change("minimind_step_seconds");
+  CHECK(step.count == batch.count);
+  CHECK(step.sum > 0);
+  CHECK(step.sum < wall_seconds);
+  // Each generation has a time to first token and, with two or more tokens, a per-token latency,
+  // both within what its client waited.
+  const Change first_token = change("minimind_time_to_first_token_seconds");
+  CHECK(first_token.count == static_cast<double>(usages.size()));
+  CHECK(first_token.sum > 0);
+  CHECK(first_token.sum < wall_seconds);
+  const Change per_token = change("minimind_time_per_output_token_seconds");
+  CHECK(per_token.count == static_cast<double>(usages.size()));
+  CHECK(per_token.sum > 0);
+  CHECK(per_token.sum < wall_seconds);
 }
 
 TEST_CASE("minimind-server: every request field is honoured or refused with a 400 naming it") {
@@ -1039,6 +1192,9 @@ TEST_CASE("minimind-server: a full queue gives 503, a client that hangs up frees
     return post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 3}, {"temperature", 0}}, 200);
   });
   REQUIRE(wait_for_health("queued", 1));
+  const auto busy = scrape(server);
+  CHECK(busy.value("minimind_slots_busy") == 1);
+  CHECK(busy.value("minimind_queue_length") == 1);
   const Json overflow = post_json(server, "/v1/completions", Json{{"prompt", "你好"}, {"max_tokens", 3}}, 503);
   check_error_body(overflow, "server_error", nullptr);
   CHECK(overflow["error"]["code"] == "server_overloaded");
@@ -1163,7 +1319,7 @@ TEST_CASE("minimind-server: with keys, every request but /, /health and prefligh
 
   for (const auto& endpoint : std::vector<std::pair<std::string, std::string>>{
            {"GET", "/v1/models"}, {"GET", "/v1/models/demo"}, {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
-           {"POST", "/v1/inspect"}, {"GET", "/lora-adapters"}, {"POST", "/lora-adapters"}, {"GET", "/no-such-page"}}) {
+           {"POST", "/v1/inspect"}, {"GET", "/lora-adapters"}, {"POST", "/lora-adapters"}, {"GET", "/metrics"}, {"GET", "/no-such-page"}}) {
     const std::string& method = endpoint.first;  // not a structured binding: clang 14 cannot CAPTURE one
     const std::string& path = endpoint.second;
     for (const std::optional<std::string>& authorization :
@@ -1188,6 +1344,9 @@ TEST_CASE("minimind-server: with keys, every request but /, /health and prefligh
     CHECK(res.status == 200);
     CHECK(Json::parse(res.body)["usage"]["completion_tokens"].get<int>() <= 2);
   }
+  // Prometheus sends its key as a bearer token; the refusals above were counted.
+  const auto scraped = scrape(server, {{"Authorization", "Bearer key-one"}});
+  CHECK(scraped.value("minimind_requests_total", {{"endpoint", "/metrics"}, {"method", "GET"}, {"status", "401"}}) == 9);
   // A valid key does not turn a bad request into anything but its own error.
   CHECK(send("GET", "/no-such-page", "Bearer key-one").status == 404);
   // This server has no LoRA adapters: an empty list, and any id in a request's lora field unknown.

@@ -43,6 +43,12 @@
 
 namespace minimind {
 
+// What one scheduler step did, for monitoring (EngineOptions::on_step).
+struct EngineStep {
+  size_t sequences = 0;  // requests the step advanced in its one forward pass: its batch size
+  double seconds = 0;    // from choosing what to feed to the sampled ids: the forward pass and sampling
+};
+
 struct EngineOptions {
   int slots = 4;          // requests generated at once, each with its own KV cache
   size_t max_queue = 16;  // requests that may wait for a slot; submit() refuses more (QueueFull)
@@ -52,6 +58,11 @@ struct EngineOptions {
   // A request's KV cache grows in blocks of this many positions as its sequence advances, up to
   // `context`, so a slot holds what its request has used, not the worst case.
   Index kv_block = 256;
+  // Called on the scheduler thread after every step, outside the engine's lock, before the step's
+  // ids reach their readers (a server's /metrics records step times and batch sizes with it).
+  // Every running request waits for it, so it must be quick, and safe against the threads that
+  // read what it records.
+  std::function<void(const EngineStep&)> on_step;
 };
 
 struct EngineRequest {
@@ -92,6 +103,9 @@ struct EngineOutcome {
   std::string error;
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;  // ids sampled, an eos that ended it included
+  // When the steps that sampled the first and the last of them ended (none when nothing was
+  // sampled): the latencies a reader cannot see itself, since it is woken every notify_every ids.
+  std::optional<std::chrono::steady_clock::time_point> first_token_at, last_token_at;
 };
 
 struct EngineStatus {
@@ -365,6 +379,7 @@ class Engine {
       }
       left.clear();  // their sessions are freed here, outside the lock
       if (running.empty()) continue;
+      const auto step_began = std::chrono::steady_clock::now();
       fed.clear();
       feeds.clear();
       samples.clear();
@@ -405,6 +420,9 @@ class Engine {
         batch_.clear();
         error = e.what();
       }
+      const auto step_ended = std::chrono::steady_clock::now();
+      // Before the readers hear of the step, so that a request's steps are all reported by the time it ends.
+      if (options_.on_step) options_.on_step({fed.size(), std::chrono::duration<double>(step_ended - step_began).count()});
       std::lock_guard<std::mutex> lock(shared_->mutex);
       for (size_t i = 0; i < fed.size(); ++i) {
         Sequence& seq = *fed[i];
@@ -415,7 +433,8 @@ class Engine {
         }
         if (!samples[i]) continue;
         seq.ids.push_back(seq.last);
-        ++seq.outcome.generated_tokens;
+        if (seq.outcome.generated_tokens++ == 0) seq.outcome.first_token_at = step_ended;
+        seq.outcome.last_token_at = step_ended;
         if (stops[i]) {
           seq.outcome.stop = stops[i];
           end_locked(seq);

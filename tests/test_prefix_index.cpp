@@ -32,6 +32,17 @@ void release(PrefixIndex& index, const PrefixIndex::Match& m) {
   for (const int32_t node : m.nodes) index.release(node);
 }
 
+// What find() gives for ids[0, limit): the shared nodes, then the node copied from and its rows.
+void check_find(PrefixIndex& index, const std::vector<int32_t>& ids, Index limit, const std::vector<int32_t>& nodes,
+                int32_t copy_from, Index copy_rows) {
+  const PrefixIndex::Match m = index.find(ids, limit);
+  CHECK(m.nodes == nodes);
+  CHECK(m.copy_from == copy_from);
+  CHECK(m.copy_rows == copy_rows);
+  CHECK(index.positions(m) == static_cast<Index>(nodes.size()) * index.block_positions() + copy_rows);
+  release(index, m);
+}
+
 }  // namespace
 
 TEST_CASE("a prompt finds the longest cached prefix: 0 blocks, 1 block, part of a block, the whole prompt") {
@@ -42,52 +53,20 @@ TEST_CASE("a prompt finds the longest cached prefix: 0 blocks, 1 block, part of 
   CHECK(index.nodes() == 3);
   CHECK(index.block(nodes[2]) == 22);
 
-  SUBCASE("nothing shared") {
-    const std::vector<int32_t> prompt = {2, 3, 4, 5, 6};
-    const auto m = index.find(prompt, 4);
-    CHECK(m.nodes.empty());
-    CHECK(m.copy_rows == 0);
-    CHECK(index.positions(m) == 0);
-  }
-  SUBCASE("one block, then a different id") {
-    const std::vector<int32_t> prompt = {1, 2, 3, 4, 99, 6, 7, 8, 9};
-    const auto m = index.find(prompt, 8);
-    CHECK(m.nodes == std::vector<int32_t>{nodes[0]});
-    CHECK(m.copy_rows == 0);
-    release(index, m);
-  }
+  SUBCASE("nothing shared") { check_find(index, {2, 3, 4, 5, 6}, 4, {}, kRoot, 0); }
+  SUBCASE("one block, then a different id") { check_find(index, {1, 2, 3, 4, 99, 6, 7, 8, 9}, 8, {nodes[0]}, kRoot, 0); }
   SUBCASE("a block and part of the next: its first rows are copied") {
-    const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 42, 42};
-    const auto m = index.find(prompt, 7);
-    CHECK(m.nodes == std::vector<int32_t>{nodes[0]});
-    CHECK(m.copy_from == nodes[1]);
-    CHECK(m.copy_rows == 2);
-    CHECK(index.positions(m) == 6);
-    release(index, m);
+    check_find(index, {1, 2, 3, 4, 5, 6, 42, 42}, 7, {nodes[0]}, nodes[1], 2);
   }
   SUBCASE("the whole cached sequence and more: the partly filled last block is copied") {
-    const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
-    const auto m = index.find(prompt, 10);
-    CHECK(m.nodes == std::vector<int32_t>{nodes[0], nodes[1]});
-    CHECK(m.copy_from == nodes[2]);
-    CHECK(m.copy_rows == 2);
-    release(index, m);
+    check_find(index, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 10, {nodes[0], nodes[1]}, nodes[2], 2);
   }
   SUBCASE("the limit (a prompt's last position always runs) cuts a full block to a copy") {
-    const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
-    const auto m = index.find(prompt, 7);
-    CHECK(m.nodes == std::vector<int32_t>{nodes[0]});
-    CHECK(m.copy_from == nodes[1]);
-    CHECK(m.copy_rows == 3);
-    release(index, m);
+    check_find(index, {1, 2, 3, 4, 5, 6, 7, 8}, 7, {nodes[0]}, nodes[1], 3);
   }
   SUBCASE("a block's ids match only after the same parent") {
-    const std::vector<int32_t> prompt = {5, 6, 7, 8, 9};
-    CHECK(index.find(prompt, 5).nodes.empty());
-    const std::vector<int32_t> other = {0, 2, 3, 4, 5, 6, 7, 8, 9};
-    const auto m = index.find(other, 8);
-    CHECK(m.nodes.empty());
-    CHECK(m.copy_rows == 0);
+    check_find(index, {5, 6, 7, 8, 9}, 5, {}, kRoot, 0);
+    check_find(index, {0, 2, 3, 4, 5, 6, 7, 8, 9}, 8, {}, kRoot, 0);
   }
 }
 

@@ -173,6 +173,15 @@ TEST_CASE("a JSON-schema constraint and LoRA adapters mixed with plain requests 
       CHECK(got.back() == alone(model, prompts[i], greedy(12), choices[i]).ids);
     }
     CHECK(got[0] != got[1]);  // the adapter changes what is generated
+    // One after another, so that each could find the blocks of the one before: keys and values
+    // made with an adapter are not the plain model's, so a request with adapters neither reuses
+    // nor leaves cached blocks.
+    for (const size_t i : {0, 1, 0}) {
+      CAPTURE(i);
+      auto reply = engine.submit({prompts[i], greedy(12), choices[i]});
+      CHECK(read_all(reply) == got[i]);
+      CHECK(reply.outcome().cached_tokens == (choices[i].empty() ? 3 : 0));
+    }
   }
 }
 

@@ -70,7 +70,8 @@ struct EngineRequest {
   // The reader is woken once this many ids wait, or at the end. A reader that does not stream
   // sets more: on two cores, reader threads waking at every step made each step markedly slower.
   size_t notify_every = 1;
-  // false: neither reuse cached blocks nor leave this request's blocks for others.
+  // false: neither reuse cached blocks nor leave this request's blocks for others (as with
+  // adapters, whose keys and values the cache does not tell apart).
   bool cache_prompt = true;
 };
 
@@ -308,7 +309,9 @@ class Engine {
     seq->prompt = std::move(request.prompt);
     seq->notify_every = std::max<size_t>(1, request.notify_every);
     seq->outcome.prompt_tokens = static_cast<int64_t>(seq->prompt.size());
-    seq->cache_prompt = request.cache_prompt;
+    // Keys and values depend on the adapters that made them, and the index knows only ids: a
+    // request with adapters neither reuses cached blocks nor leaves its own.
+    seq->cache_prompt = request.cache_prompt && request.adapters.empty();
     if (seq->config.max_new_tokens == 0) {  // as generate(): nothing to run
       seq->outcome.stop = StopReason::MaxNewTokens;
       seq->started = seq->finished = true;

@@ -37,8 +37,9 @@ function randomIds(n) {
 
 // Posts a greedy completion of `ids`; resolves to {seconds, tokens, cached}.
 function complete(url, ids, maxTokens, cachePrompt) {
+  // cache_prompt only when false: a minimind-server from before the cache refuses the field.
   const [path, body] = api === "minimind"
-    ? ["/v1/completions", { prompt: ids, max_tokens: maxTokens, temperature: 0, ignore_eos: true, cache_prompt: cachePrompt }]
+    ? ["/v1/completions", { prompt: ids, max_tokens: maxTokens, temperature: 0, ignore_eos: true, ...(cachePrompt ? {} : { cache_prompt: false }) }]
     : ["/completion", { prompt: ids, n_predict: maxTokens, temperature: 0, ignore_eos: true, cache_prompt: cachePrompt }];
   const start = process.hrtime.bigint();
   return new Promise((resolve, reject) => {
@@ -51,7 +52,7 @@ function complete(url, ids, maxTokens, cachePrompt) {
         if (res.statusCode !== 200) return reject(new Error(`${url}${path}: ${res.statusCode} ${text.slice(0, 300)}`));
         const r = JSON.parse(text);
         const tokens = api === "minimind" ? r.usage.completion_tokens : r.tokens_predicted;
-        const cached = api === "minimind" ? r.usage.prompt_tokens_details.cached_tokens : r.tokens_cached ?? r.timings?.cache_n;
+        const cached = api === "minimind" ? r.usage.prompt_tokens_details?.cached_tokens : r.tokens_cached ?? r.timings?.cache_n;
         if (tokens !== maxTokens) return reject(new Error(`${url}${path}: ${tokens} tokens, not ${maxTokens}`));
         resolve({ seconds, tokens, cached });
       });

@@ -117,7 +117,7 @@ enum class Endpoint { chat, completion };
 inline void check_fields(const Json& body, Endpoint endpoint) {
   static const std::set<std::string, std::less<>> both = {
       "model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "n", "ignore_eos",
-      "stream", "stream_options", "stop", "max_tokens", "max_completion_tokens", "lora"};
+      "stream", "stream_options", "stop", "max_tokens", "max_completion_tokens", "lora", "cache_prompt"};
   static const std::set<std::string, std::less<>> chat = {"messages", "tools", "tool_choice", "parallel_tool_calls",
                                                           "response_format", "open_thinking", "chat_template_kwargs"};
   static const std::set<std::string, std::less<>> completion = {"prompt"};
@@ -153,6 +153,7 @@ struct Job {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a final chunk with only usage
+  bool cache_prompt = true;    // reuse a cached prefix of the prompt, and leave this one's for others
 };
 
 // The sampling and length fields both endpoints share, over the checkpoint's defaults.
@@ -185,6 +186,7 @@ inline Job parse_job(const Json& body, std::vector<int32_t> prompt, const minimi
   if (auto n = field<int64_t>(body, "n"); n && *n != 1) throw bad_param("n", "only n = 1 is supported, got " + std::to_string(*n));
   job.config.ignore_eos = field<bool>(body, "ignore_eos").value_or(false);
   job.stream = field<bool>(body, "stream").value_or(false);
+  job.cache_prompt = field<bool>(body, "cache_prompt").value_or(true);
   if (auto options = body.find("stream_options"); options != body.end() && !options->is_null()) {
     if (!options->is_object()) throw bad_param("stream_options", "stream_options must be an object");
     if (!job.stream) throw bad_param("stream_options", "stream_options is only allowed when stream is true");
@@ -661,9 +663,7 @@ inline void check_constrained_job(const ChatRequest& chat, const Job& job, const
 // How a reply's generation ended, as the protocol reports it.
 struct Outcome {
   int64_t prompt_tokens = 0, completion_tokens = 0;
-  // Prompt tokens reused from the prompt cache, not prefilled: 0 until the Engine has one (issue
-  // 46, item 2), which will report them per request in EngineOutcome; outcome_of copies them here.
-  int64_t cached_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt's, reused from the prompt cache
   minimind::EngineOutcome engine;  // the engine's account: ids sampled, and when (for /metrics)
   std::string finish_reason;  // "stop" or "length"; empty when cut short
   bool eos = false;           // the reply ended with an eos id (a constrained one: its document is whole)
@@ -675,6 +675,7 @@ struct Outcome {
 inline Outcome outcome_of(const minimind::TextOutcome& text) {
   Outcome outcome;
   outcome.prompt_tokens = text.engine.prompt_tokens;
+  outcome.cached_tokens = text.engine.cached_tokens;
   outcome.completion_tokens = text.completion_tokens;
   outcome.engine = text.engine;
   outcome.eos = text.eos;
@@ -686,7 +687,10 @@ inline Outcome outcome_of(const minimind::TextOutcome& text) {
 }
 
 inline Json usage_json(const Outcome& o) {
-  return {{"prompt_tokens", o.prompt_tokens}, {"completion_tokens", o.completion_tokens}, {"total_tokens", o.prompt_tokens + o.completion_tokens}};
+  return {{"prompt_tokens", o.prompt_tokens},
+          {"completion_tokens", o.completion_tokens},
+          {"total_tokens", o.prompt_tokens + o.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
 }
 
 // A reply's (or, with `chunk`, a stream chunk's) JSON around its one choice: `fields` (text,

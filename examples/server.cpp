@@ -71,6 +71,7 @@ int run(int argc, char** argv) {
       .value("--queue", "requests that may wait for a slot; more get 503 (default 16)")
       .value("--ctx", "context length of each slot in tokens (default: max_position_embeddings, at most " +
                           std::to_string(Model::kDefaultContext) + ")")
+      .value("--cache-mb", "mebibytes of KV cache kept for later requests that start alike (prompt cache); 0: off (default 256)")
       .value("--max-body", "largest request body in bytes; larger gets 413 (default 1048576)")
       .repeatable("--api-key", "a key requests must send as Authorization: Bearer KEY (repeatable; default: none needed)")
       .repeatable("--api-key-file", "a file of keys, one per line; # starts a comment (repeatable)")
@@ -84,6 +85,8 @@ int run(int argc, char** argv) {
   if (slots < 1 || slots > 1024) throw cli::UsageError("--slots must be in [1, 1024]");
   const int64_t queue = args.int_or("--queue", 16);
   if (queue < 0 || queue > 4096) throw cli::UsageError("--queue must be in [0, 4096]");
+  const int64_t cache_mb = args.int_or("--cache-mb", 256);
+  if (cache_mb < 0 || cache_mb > (int64_t{1} << 20)) throw cli::UsageError("--cache-mb must be in [0, 1048576]");
   const int64_t max_body = args.int_or("--max-body", 1 << 20);
   if (max_body < 1) throw cli::UsageError("--max-body must be >= 1");
   const server_auth::ApiKeys keys(args.occurrences({"--api-key", "--api-key-file"}));
@@ -111,7 +114,8 @@ int run(int argc, char** argv) {
   if (model_id.empty()) model_id = "minimind";
 
   for (size_t i = 0; i < adapters.size(); ++i) std::fprintf(stderr, "minimind-server: lora adapter %zu: %s\n", i, cli::describe(adapters[i]).c_str());
-  routes::Server server(checkpoint, model_id, static_cast<int>(slots), context, static_cast<size_t>(queue), std::move(adapters));
+  routes::Server server(checkpoint, model_id, static_cast<int>(slots), context, static_cast<size_t>(queue), static_cast<size_t>(cache_mb),
+                       std::move(adapters));
   server_deadline::RequestDeadlines deadlines{std::chrono::seconds(timeout)};
   routes::HttpServer http;
   // httplib serves a connection on one pool thread from accept to close; a connection beyond the
@@ -187,9 +191,11 @@ int run(int argc, char** argv) {
     throw minimind::Error("cannot listen on " + host + ":" + std::to_string(bound) + " (in use, or not an address of this machine)");
   }
   http.widen_backlog();
-  std::fprintf(stderr, "minimind-server: model %s (%s), %lld slots x %lld tokens of context, queue %lld, %d threads per forward pass\n",
+  std::fprintf(stderr,
+               "minimind-server: model %s (%s), %lld slots x %lld tokens of context, queue %lld, prompt cache %lld MiB, %d threads per "
+               "forward pass\n",
                model_id.c_str(), dir.string().c_str(), static_cast<long long>(slots), static_cast<long long>(context),
-               static_cast<long long>(queue), checkpoint.model.threads());
+               static_cast<long long>(queue), static_cast<long long>(cache_mb), checkpoint.model.threads());
   const bool ipv6 = host.find(':') != std::string::npos;
   std::printf("minimind-server: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", host.c_str(), ipv6 ? "]" : "", bound);
   std::fflush(stdout);

@@ -151,14 +151,15 @@ class Server {
 
   // `adapters`: LoRA adapters held beside the model, unmerged, for requests to choose from; each
   // one's scale is its global scale at start.
+  // `cache_mb`: the prompt cache's bound (EngineOptions::cache_mb).
   Server(const minimind::Pretrained<float>& checkpoint, std::string model_id, int slots, minimind::Index context, size_t max_queue,
-         std::vector<minimind::LoraUse> adapters = {})
+         size_t cache_mb, std::vector<minimind::LoraUse> adapters = {})
       : checkpoint_(checkpoint),
         tokenizer_(checkpoint.require_tokenizer()),
         template_(load_template(tokenizer_)),
         model_id_(std::move(model_id)),
         context_(context),
-        engine_(checkpoint.model, engine_options(slots, max_queue, context, metrics_)),
+        engine_(checkpoint.model, engine_options(slots, max_queue, context, cache_mb, metrics_)),
         lora_(std::move(adapters)),
         created_(std::time(nullptr)) {}
 
@@ -194,8 +195,10 @@ class Server {
   void answered(const httplib::Request& req, const httplib::Response& res) { metrics_.request(req.method, req.path, res.status); }
 
  private:
-  static minimind::EngineOptions engine_options(int slots, size_t max_queue, minimind::Index context, server_metrics::Metrics& metrics) {
+  static minimind::EngineOptions engine_options(int slots, size_t max_queue, minimind::Index context, size_t cache_mb,
+                                                server_metrics::Metrics& metrics) {
     minimind::EngineOptions options;
+    options.cache_mb = cache_mb;
     options.slots = slots;
     options.max_queue = max_queue;
     options.context = context;
@@ -248,7 +251,9 @@ class Server {
       auto adapters = lora_.for_request(openai::parse_lora_field(body, lora_.size()));
       ClientGone client_gone(req);
       auto generation = start(kind == Endpoint::chat ? "chat" : "completion", client_gone, res, [&] {
-        return engine_.submit({job->prompt, job->config, std::move(adapters), job->stream ? 1 : kUnstreamedWakeIds});
+        minimind::EngineRequest request(job->prompt, job->config, std::move(adapters), job->stream ? 1 : kUnstreamedWakeIds);
+        request.cache_prompt = job->cache_prompt;
+        return engine_.submit(std::move(request));
       });
       if (!generation) return;
       const std::string id = new_id(kind);
@@ -452,9 +457,9 @@ class Server {
   void finished(Endpoint kind, const Outcome& o, server_metrics::Clock::time_point arrived) {
     metrics_.generation(o, arrived);
     const char* end = o.disconnected ? "client disconnected" : o.cancelled ? "cancelled (shutting down)" : o.finish_reason.c_str();
-    std::fprintf(stderr, "minimind-server: %s: prompt %lld tokens, completion %lld tokens, finish: %s\n",
+    std::fprintf(stderr, "minimind-server: %s: prompt %lld tokens (%lld cached), completion %lld tokens, finish: %s\n",
                  kind == Endpoint::chat ? "chat" : "completion", static_cast<long long>(o.prompt_tokens),
-                 static_cast<long long>(o.completion_tokens), end);
+                 static_cast<long long>(o.cached_tokens), static_cast<long long>(o.completion_tokens), end);
   }
 
   const minimind::Pretrained<float>& checkpoint_;

@@ -116,7 +116,7 @@ TEST_CASE_TEMPLATE("causal mask: a position's output does not depend on later po
   CHECK(ref::max_diff(a.bottomRows(2), b.bottomRows(2).template cast<double>()) > 1e-3);
 }
 
-TEST_CASE("the cache holds k after q/k norm and RoPE, and v as projected, head-major") {
+TEST_CASE("the cache holds k after q/k norm and RoPE, and v as projected, per kv head") {
   const Config c = attention_config(4, 2, true);
   const auto attention = random_attention<double>(c, 8);
   const auto x = ref::random_matrix<double>(3, c.hidden_size, 4);
@@ -127,7 +127,9 @@ TEST_CASE("the cache holds k after q/k norm and RoPE, and v as projected, head-m
   const ref::Mat v = ref::linear(x, w.v);
   for (Index i = 0; i < 3; ++i) ref::rope(k, i, w.kv_heads, w.head_dim, static_cast<double>(i), w.theta);
   for (Index h = 0; h < 2; ++h) {
-    CHECK(ref::max_diff(run.cache.keys(0, h, 3), k.middleCols(h * 6, 6)) <= 1e-12);
-    CHECK(ref::max_diff(run.cache.values(0, h, 3), v.middleCols(h * 6, 6)) <= 1e-12);
+    for (Index i = 0; i < 3; ++i) {
+      CHECK(ref::max_diff(ConstMatrixMap<double>(run.cache.key(0, h, i), 1, 6), k.block(i, h * 6, 1, 6)) <= 1e-12);
+      CHECK(ref::max_diff(ConstMatrixMap<double>(run.cache.value(0, h, i), 1, 6), v.block(i, h * 6, 1, 6)) <= 1e-12);
+    }
   }
 }

@@ -22,14 +22,14 @@ namespace {
 
 const std::filesystem::path demo_dir = source_dir() / "examples" / "models" / "demo";
 
-// Small prefill chunks and KV blocks make prompts run over several steps and caches grow mid-request.
-EngineOptions engine_options(int slots, size_t max_queue = 16, Index context = 0, size_t prefill_rows = 256, Index kv_block = 256) {
+// Small prefill chunks make prompts run over several steps (and caches grow mid-request, by blocks of 32 positions).
+EngineOptions engine_options(int slots, size_t max_queue = 16, Index context = 0, size_t prefill_rows = 256, size_t cache_mb = 256) {
   EngineOptions options;
   options.slots = slots;
   options.max_queue = max_queue;
   options.context = context;
   options.prefill_rows = prefill_rows;
-  options.kv_block = kv_block;
+  options.cache_mb = cache_mb;
   return options;
 }
 
@@ -71,7 +71,7 @@ std::vector<std::vector<int32_t>> demo_prompts(const Tokenizer& tokenizer) {
 TEST_CASE("prompts through the Engine give generate()'s greedy ids, on the demo model and every own golden case") {
   // Small prefill chunks and KV blocks, and fewer slots than requests: prompts are prefilled over
   // several steps beside others' decoding, caches grow mid-request, and requests wait their turn.
-  const EngineOptions options = engine_options(3, 16, 128, 16, 8);
+  const EngineOptions options = engine_options(3, 16, 128, 16);
   SUBCASE("the demo model, eos ids on") {
     const auto checkpoint = load_pretrained<float>(demo_dir);
     const auto prompts = demo_prompts(checkpoint.require_tokenizer());
@@ -109,7 +109,7 @@ TEST_CASE("prompts through the Engine give generate()'s greedy ids, on the demo 
       const auto model = MiniMindForCausalLM<float>::from_pretrained(entry.path());
       Index context = 0;
       for (const auto& prompt : golden.prompts) context = std::max(context, static_cast<Index>(prompt.ids.size() + prompt.greedy_ids.size()));
-      Engine engine(model, engine_options(2, 16, context, 5, 8));
+      Engine engine(model, engine_options(2, 16, context, 5));
       std::vector<RequestHandle<float>> replies;
       std::vector<Expected> expected;
       for (const auto& prompt : golden.prompts) {
@@ -176,6 +176,15 @@ TEST_CASE("a JSON-schema constraint and LoRA adapters mixed with plain requests 
       CHECK(got.back() == alone(model, prompts[i], greedy(12), choices[i]).ids);
     }
     CHECK(got[0] != got[1]);  // the adapter changes what is generated
+    // One after another, so that each could find the blocks of the one before: keys and values
+    // made with an adapter are not the plain model's, so a request with adapters neither reuses
+    // nor leaves cached blocks.
+    for (const size_t i : {0, 1, 0}) {
+      CAPTURE(i);
+      auto reply = engine.submit({prompts[i], greedy(12), choices[i]});
+      CHECK(read_all(reply) == got[i]);
+      CHECK(reply.outcome().cached_tokens == (choices[i].empty() ? 3 : 0));
+    }
   }
 }
 
@@ -381,4 +390,176 @@ TEST_CASE("requests the engine cannot run are refused with a reason") {
   CHECK(nothing.finished());
   CHECK(read_all(nothing).empty());
   CHECK(engine.status().idle == engine.options().slots);
+}
+
+namespace {
+
+// Ids in [3, vocab) from a fixed seed: prompts that share exactly what a case says.
+std::vector<int32_t> random_ids(size_t n, uint32_t seed, int32_t vocab) {
+  std::vector<int32_t> ids(n);
+  uint32_t x = seed;
+  for (int32_t& id : ids) {
+    x = x * 1664525u + 1013904223u;
+    id = 3 + static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab - 3));
+  }
+  return ids;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, std::span<const int32_t> b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// A conversation's first turn and the prompts that share 0 blocks, 1 block, part of a block, the
+// whole first prompt, or the first prompt and its reply with it, and how many positions each
+// finds cached once the first turn has run (at most the prompt less its last id).
+struct CacheCases {
+  std::vector<int32_t> first;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int64_t> cached;
+};
+
+CacheCases cache_cases(int32_t vocab, const std::vector<int32_t>& first_reply) {
+  constexpr size_t B = KVCache<float>::kBlockPositions;
+  CacheCases c;
+  c.first = random_ids(3 * B + 4, 1, vocab);
+  auto other = [&](uint32_t seed, size_t n, int32_t differ_from) {
+    auto ids = random_ids(n, seed, vocab);
+    if (ids[0] == differ_from) ids[0] = differ_from == 3 ? 4 : 3;
+    return ids;
+  };
+  const auto head = [&](size_t n) { return std::vector<int32_t>(c.first.begin(), c.first.begin() + static_cast<std::ptrdiff_t>(n)); };
+  c.prompts.push_back(other(2, 50, c.first[0]));
+  c.cached.push_back(0);
+  c.prompts.push_back(concat(head(B), other(3, 40, c.first[B])));
+  c.cached.push_back(B);
+  c.prompts.push_back(concat(head(B + 13), other(4, 30, c.first[B + 13])));
+  c.cached.push_back(B + 13);
+  c.prompts.push_back(c.first);
+  c.cached.push_back(static_cast<int64_t>(c.first.size()) - 1);
+  if (!first_reply.empty()) {
+    // A second turn: the first prompt, its reply, more. The reply's last id was sampled, never run.
+    c.prompts.push_back(concat(concat(c.first, first_reply), other(5, 20, -1)));
+    c.cached.push_back(static_cast<int64_t>(c.first.size() + first_reply.size()) - 1);
+  }
+  return c;
+}
+
+EngineRequest request(std::vector<int32_t> prompt, int64_t max_new_tokens, bool cache_prompt = true) {
+  EngineRequest r(std::move(prompt), greedy(max_new_tokens));
+  r.cache_prompt = cache_prompt;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("the prompt cache: prompts that share 0 blocks, 1 block, part of a block or the whole prompt give generate()'s greedy ids") {
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(demo_dir);
+  const int32_t vocab = static_cast<int32_t>(model.config().vocab_size);
+  constexpr int64_t kNew = 24;
+  for (const int slots : {1, 3}) {
+    CAPTURE(slots);
+    Engine engine(model, engine_options(slots, 16, 0, 64));
+    const std::vector<int32_t> first = cache_cases(vocab, {}).first;
+    auto turn = engine.submit(request(first, kNew));
+    const std::vector<int32_t> reply = read_all(turn);
+    CHECK(reply == alone(model, first, greedy(kNew)).ids);
+    CHECK(turn.outcome().cached_tokens == 0);
+    const CacheCases cases = cache_cases(vocab, reply);
+    // All at once, and again without the cache: the same ids.
+    for (const bool cache_prompt : {true, false}) {
+      CAPTURE(cache_prompt);
+      std::vector<RequestHandle<float>> replies;
+      for (const auto& prompt : cases.prompts) replies.push_back(engine.submit(request(prompt, kNew, cache_prompt)));
+      for (size_t i = 0; i < replies.size(); ++i) {
+        CAPTURE(i);
+        CHECK(read_all(replies[i]) == alone(model, cases.prompts[i], greedy(kNew)).ids);
+        CHECK(replies[i].outcome().cached_tokens == (cache_prompt ? cases.cached[i] : 0));
+      }
+    }
+  }
+}
+
+TEST_CASE("the prompt cache within its bound: the least recently used blocks go first") {
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(demo_dir);
+  const int32_t vocab = static_cast<int32_t>(model.config().vocab_size);
+  constexpr Index B = KVCache<float>::kBlockPositions;
+  // 1 MiB: 16 blocks of the demo model (4 layers, 2 kv heads of 32, f32: 64 KiB a block).
+  REQUIRE(KVBlockPool<float>::block_bytes(model.config()) * 16 == size_t{1} << 20);
+  Engine engine(model, engine_options(2, 16, 0, 64, 1));
+  // Five prompts of 4 full blocks and 1 more id, each leaving 5 blocks (the last holds 2 ids: the
+  // prompt's and the first reply id's): the cache holds three at most.
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t seed = 10; seed < 15; ++seed) prompts.push_back(random_ids(4 * B + 1, seed, vocab));
+  auto run = [&](const std::vector<int32_t>& prompt) {
+    auto reply = engine.submit(request(prompt, 2));
+    CHECK(read_all(reply) == alone(model, prompt, greedy(2)).ids);
+    return reply.outcome().cached_tokens;
+  };
+  for (const auto& prompt : prompts) CHECK(run(prompt) == 0);
+  // 16 blocks: the last three prompts' 5 each and the first block of prompts[1]. A prompt's blocks
+  // go from its end, least recently used first; a whole prompt less its last id is reused.
+  CHECK(run(prompts[4]) == 4 * B);
+  CHECK(run(prompts[3]) == 4 * B);
+  CHECK(run(prompts[1]) == B);  // evicts prompts[2]'s last 4
+  CHECK(run(prompts[0]) == 0);  // evicts prompts[2]'s first, prompts[4]'s last 4
+  CHECK(run(prompts[2]) == 0);  // evicts prompts[4]'s first, prompts[3]'s last 4
+  CHECK(run(prompts[3]) == B);  // evicts prompts[1]'s last 4
+  // Two at once, each extending a cached one by a block: both fit beside what they share.
+  std::vector<RequestHandle<float>> replies;
+  const std::vector<int32_t> longer[] = {concat(prompts[3], random_ids(B, 20, vocab)), concat(prompts[2], random_ids(B, 21, vocab))};
+  for (const auto& prompt : longer) replies.push_back(engine.submit(request(prompt, 5)));
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(read_all(replies[i]) == alone(model, longer[i], greedy(5)).ids);
+    CHECK(replies[i].outcome().cached_tokens == 4 * B + 1);
+  }
+}
+
+TEST_CASE("logits over cached blocks of a shared pool are those of the sequence that computed them") {
+  // What the Engine does when a request joins, on a pool and an index of its own. The uncached
+  // rest of a prompt cut at a block's end runs in the same blocks of 32 queries as in the whole
+  // prompt's prefill, so its logits are the very same; cut inside a block (the queries grouped
+  // otherwise) or a single position (the whole prompt cached: row-by-row attention), they are
+  // within rounding.
+  const auto model = MiniMindForCausalLM<float>::from_pretrained(demo_dir);
+  const int32_t vocab = static_cast<int32_t>(model.config().vocab_size);
+  constexpr Index B = KVCache<float>::kBlockPositions;
+  KVBlockPool<float> pool(model.config(), 64);
+  PrefixIndex index(B, 64);
+  const CacheCases cases = cache_cases(vocab, {});
+  {
+    Session<float> writer(model.config(), pool);
+    writer.reserve(static_cast<Index>(cases.first.size()));
+    model.forward(writer, cases.first, false);
+    int32_t parent = PrefixIndex::kRoot;
+    for (size_t b = 0; b * B < cases.first.size(); ++b) {
+      const auto ids = std::span<const int32_t>(cases.first).subspan(b * B, std::min<size_t>(B, cases.first.size() - b * B));
+      bool adopted = false;
+      parent = index.insert(parent, ids, writer.cache().blocks[b], adopted);
+      REQUIRE(parent != PrefixIndex::kRoot);
+      index.release(parent);
+    }
+  }
+  for (size_t i = 0; i < cases.prompts.size(); ++i) {
+    CAPTURE(i);
+    const auto& prompt = cases.prompts[i];
+    const PrefixIndex::Match match = index.find(prompt, static_cast<Index>(prompt.size()) - 1);
+    REQUIRE(index.positions(match) == cases.cached[i]);
+    Session<float> session(model.config(), pool);
+    for (const int32_t node : match.nodes) session.cache().blocks.push_back(index.block(node));
+    if (match.copy_rows > 0) {
+      session.cache().blocks.push_back(pool.allocate());
+      pool.copy_rows(index.block(match.copy_from), session.cache().blocks.back(), match.copy_rows);
+    }
+    session.cache().capacity = static_cast<Index>(session.cache().blocks.size()) * B;
+    session.advance(cases.cached[i]);
+    session.reserve(static_cast<Index>(prompt.size()));
+    const auto rest = std::span<const int32_t>(prompt).subspan(static_cast<size_t>(cases.cached[i]));
+    const MatrixRM<float> cached = model.forward(session, rest);
+    const MatrixRM<float> whole = model.forward(prompt);
+    const MatrixRM<float> expected = whole.bottomRows(cached.rows());
+    if (cases.cached[i] % B == 0) CHECK((cached.array() == expected.array()).all());
+    CHECK((cached - expected).cwiseAbs().maxCoeff() <= 1e-5f);
+    for (const int32_t node : match.nodes) index.release(node);
+  }
 }

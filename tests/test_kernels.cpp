@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 using namespace minimind;
@@ -1064,6 +1065,25 @@ TEST_CASE("silu_mul of every target: within 2e-7 (relative; 1e-35 absolute, for 
   }
 }
 
+// Keys and values in the KV cache's blocks of positions, the blocks stored in reverse order (the
+// table undoes it) or in order.
+struct BlockedRows {
+  static constexpr Index B = KVCache<float>::kBlockPositions;
+  MatrixRM<float> keys, values;
+  std::vector<int32_t> table;
+  BlockedRows(const MatrixRM<float>& k, const MatrixRM<float>& v, bool reversed) {
+    const Index blocks = (k.rows() + B - 1) / B;
+    keys = values = MatrixRM<float>::Constant(blocks * B, k.cols(), std::numeric_limits<float>::quiet_NaN());
+    for (Index b = 0; b < blocks; ++b) {
+      const Index stored = reversed ? blocks - 1 - b : b, rows = std::min(B, k.rows() - b * B);
+      table.push_back(static_cast<int32_t>(stored));
+      keys.middleRows(stored * B, rows) = k.middleRows(b * B, rows);
+      values.middleRows(stored * B, rows) = v.middleRows(b * B, rows);
+    }
+  }
+  kernels::KVBlocks<float> view() const { return {keys.data(), values.data(), table.data(), B, B * keys.cols()}; }
+};
+
 // With the scratch (`panels`), blocks of 8 or more queries whose heads are whole panels wide
 // (64, 96) go through the x86 targets' register tiles (attend_tiled), the rest row by row; 9 x 300
 // crosses a block of values (kernels::kAttentionValueKeys) and ends inside a panel of keys.
@@ -1085,12 +1105,18 @@ TEST_CASE("attend_heads of every target: causal softmax(q k^T * scale) v of each
             const MatrixRM<float> q = random_matrix(m, heads * head_dim + 3, 21);  // rows with an outer stride
             const MatrixRM<float> keys = random_matrix(reach, head_dim, 22), values = random_matrix(reach, head_dim, 23);
             const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-            MatrixRM<float> scores = MatrixRM<float>::Constant(heads * m, reach + 2, 99.0f);
-            MatrixRM<float> out = MatrixRM<float>::Constant(m, heads * head_dim + 1, 99.0f);
-            k->attend_heads({.q = q.data(), .q_stride = q.cols(), .m = m, .heads = heads, .first_visible = fv,
-                             .keys = keys.data(), .values = values.data(), .head_dim = head_dim, .scale = scale,
-                             .scores = scores.data(), .scores_stride = scores.cols(), .out = out.data(),
-                             .out_stride = out.cols(), .panels = with_panels ? panels.data() : nullptr});
+            const BlockedRows reversed(keys, values, true), in_order(keys, values, false);
+            MatrixRM<float> scores = MatrixRM<float>::Constant(heads * m, reach + 2, 99.0f), in_order_scores = scores;
+            MatrixRM<float> out = MatrixRM<float>::Constant(m, heads * head_dim + 1, 99.0f), in_order_out = out;
+            for (auto [rows, s, o] : {std::tuple{&reversed, &scores, &out}, {&in_order, &in_order_scores, &in_order_out}}) {
+              k->attend_heads({.q = q.data(), .q_stride = q.cols(), .m = m, .heads = heads, .first_visible = fv,
+                               .kv = rows->view(), .head_dim = head_dim, .scale = scale, .scores = s->data(),
+                               .scores_stride = s->cols(), .out = o->data(), .out_stride = o->cols(),
+                               .panels = with_panels ? panels.data() : nullptr});
+            }
+            // Where the blocks lie changes nothing: the same keys in the same order.
+            CHECK(scores == in_order_scores);
+            CHECK(out == in_order_out);
             double worst_p = 0, worst_out = 0;
             for (Index g = 0; g < heads; ++g) {
               for (Index i = 0; i < m; ++i) {

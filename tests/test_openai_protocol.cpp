@@ -231,7 +231,11 @@ TEST_CASE("how a generation ended becomes finish_reason and usage; replies and c
   const openai::Outcome shut_down = ended([](auto& t) { t.shut_down = true; });
   CHECK(shut_down.finish_reason.empty());
   CHECK(shut_down.cancelled);
-  CHECK(openai::usage_json(shut_down) == Json::parse(R"({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10})"));
+  CHECK(openai::usage_json(shut_down) ==
+        Json::parse(R"({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10, "prompt_tokens_details": {"cached_tokens": 0}})"));
+  // The prompt positions the engine found cached, as OpenAI reports them.
+  const openai::Outcome cached = ended([](auto& t) { t.engine.cached_tokens = 6; t.complete = true; });
+  CHECK(openai::usage_json(cached)["prompt_tokens_details"] == Json::parse(R"({"cached_tokens": 6})"));
 
   CHECK(openai::reply_json(openai::Endpoint::chat, false, "chatcmpl-1", 5, "demo", {{"message", {{"role", "assistant"}}}}, "stop") ==
         Json::parse(R"({"id": "chatcmpl-1", "object": "chat.completion", "created": 5, "model": "demo",
@@ -357,4 +361,20 @@ TEST_CASE("lora: the adapters a request runs with are its own list, else the glo
   check_uses(adapters.for_request(std::vector<openai::LoraScale>{{0, 1.0}}), {{first.get(), 1.0f}});
   adapters.set_scales({});
   check_uses(adapters.for_request(std::nullopt), {});
+}
+
+TEST_CASE("cache_prompt: true by default, false opts a request out of the prompt cache, anything else is a 400 naming it") {
+  const minimind::GenerationConfig defaults;
+  auto job_of = [&](const std::string& body) { return openai::parse_job(openai::parse_body(body), {5, 6, 7}, defaults, 64, 1024); };
+  CHECK(job_of(R"({"prompt": "x"})").cache_prompt);
+  CHECK(job_of(R"({"prompt": "x", "cache_prompt": true})").cache_prompt);
+  CHECK(!job_of(R"({"prompt": "x", "cache_prompt": false})").cache_prompt);
+  CHECK(job_of(R"({"prompt": "x", "cache_prompt": null})").cache_prompt);
+  for (const char* bad : {R"("no")", "0", "[]"}) {
+    CAPTURE(bad);
+    CHECK(param_of([&] { job_of(std::string(R"({"prompt": "x", "cache_prompt": )") + bad + "}"); }) == "cache_prompt");
+  }
+  CHECK(param_of([&] { openai::check_fields(openai::parse_body(R"({"prompt": "x", "cache_prompt": false})"), openai::Endpoint::completion); }) ==
+        "(accepted)");
+  CHECK(param_of([&] { openai::check_fields(request_with(R"(, "cache_prompt": false)"), openai::Endpoint::chat); }) == "(accepted)");
 }

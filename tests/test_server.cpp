@@ -185,6 +185,13 @@ Json chat_request(const std::string& user, int64_t max_tokens = 24) {
   return {{"model", "demo"}, {"messages", {{{"role", "user"}, {"content", user}}}}, {"temperature", 0}, {"max_tokens", max_tokens}};
 }
 
+// A reply's usage without prompt_tokens_details: what a request asked for and got, whatever the
+// prompt cache held when it came.
+Json counts(Json usage) {
+  usage.erase("prompt_tokens_details");
+  return usage;
+}
+
 // The same generation run in this process with the library.
 struct Local {
   Local()
@@ -399,6 +406,89 @@ TEST_CASE("minimind-server: /v1/completions uses the raw prompt; max_tokens, sto
   CHECK(post_json(server, "/v1/completions", sampled)["choices"][0]["text"] == expected);
 }
 
+// Ids in [3, 1024) from a fixed seed: a prompt no other test sends.
+std::vector<int32_t> random_prompt(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(3, 1023);
+  std::vector<int32_t> ids(n);
+  for (int32_t& i : ids) i = id(rng);
+  return ids;
+}
+
+TEST_CASE("minimind-server: the prompt cache: usage.prompt_tokens_details.cached_tokens, cache_prompt false, --cache-mb 0; the same replies") {
+  auto& server = demo_server();
+  const Local& l = local();
+  auto cached_tokens = [](const Json& reply) { return reply["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(); };
+  SUBCASE("completions: a second turn reuses the first's prompt and reply") {
+    const auto first = random_prompt(70, 1);
+    auto greedy = l.greedy(8);
+    greedy.ignore_eos = true;
+    const auto [first_text, first_result] = l.generate(first, greedy);
+    Json request = {{"prompt", first}, {"temperature", 0}, {"max_tokens", 8}, {"ignore_eos", true}};
+    const Json reply = post_json(server, "/v1/completions", request);
+    CHECK(reply["choices"][0]["text"] == first_text);
+    CHECK(cached_tokens(reply) == 0);
+    // The whole prompt again: all but its last position, whose logits give the first id.
+    const Json again = post_json(server, "/v1/completions", request);
+    CHECK(again["choices"][0]["text"] == first_text);
+    CHECK(cached_tokens(again) == 69);
+    // The first prompt, its 8 reply ids (the last one sampled, never run), then more.
+    auto second = first;
+    second.insert(second.end(), first_result.ids.begin(), first_result.ids.end());
+    const auto more = random_prompt(10, 2);
+    second.insert(second.end(), more.begin(), more.end());
+    request["prompt"] = second;
+    const Json next = post_json(server, "/v1/completions", request);
+    CHECK(next["choices"][0]["text"] == l.generate(second, greedy).first);
+    CHECK(cached_tokens(next) == 77);
+    // Opted out: computed whole, the same text.
+    request["cache_prompt"] = false;
+    const Json out = post_json(server, "/v1/completions", request);
+    CHECK(out["choices"][0]["text"] == next["choices"][0]["text"]);
+    CHECK(cached_tokens(out) == 0);
+    // Streamed: the final chunk's usage and the usage-only chunk say it too.
+    request["cache_prompt"] = true;
+    request["stream"] = true;
+    request["stream_options"] = {{"include_usage", true}};
+    const auto chunks = sse_chunks(post_stream(server, "/v1/completions", request).body);
+    REQUIRE(chunks.size() >= 2);
+    CHECK(chunks.back()["usage"]["prompt_tokens_details"]["cached_tokens"] == static_cast<int64_t>(second.size()) - 1);
+    CHECK(chunks[chunks.size() - 2]["usage"] == chunks.back()["usage"]);
+  }
+  SUBCASE("chat: the same conversation again, and opted out") {
+    const Json request = chat_request("小明家养了一只猫，它喜欢什么？", 12);
+    const Json reply = post_json(server, "/v1/chat/completions", request);
+    const int64_t prompt_tokens = reply["usage"]["prompt_tokens"];
+    const Json again = post_json(server, "/v1/chat/completions", request);
+    CHECK(again["choices"][0]["message"] == reply["choices"][0]["message"]);
+    CHECK(cached_tokens(again) == prompt_tokens - 1);
+    Json out_request = request;
+    out_request["cache_prompt"] = false;
+    const Json out = post_json(server, "/v1/chat/completions", out_request);
+    CHECK(out["choices"][0]["message"] == reply["choices"][0]["message"]);
+    CHECK(cached_tokens(out) == 0);
+  }
+  SUBCASE("cache_prompt must be a boolean") {
+    for (const Json& bad : {Json("no"), Json(0), Json::array()}) {
+      CAPTURE(bad.dump());
+      check_error_body(post_json(server, "/v1/completions", Json{{"prompt", "x"}, {"cache_prompt", bad}}, 400), "invalid_request_error",
+                       "cache_prompt");
+      Json chat = chat_request("你好");
+      chat["cache_prompt"] = bad;
+      check_error_body(post_json(server, "/v1/chat/completions", chat, 400), "invalid_request_error", "cache_prompt");
+    }
+  }
+  SUBCASE("--cache-mb 0: nothing is cached") {
+    ServerProcess off("cache_off", {"--slots", "2", "--threads", "1", "--cache-mb", "0"});
+    const Json request = {{"prompt", random_prompt(40, 3)}, {"temperature", 0}, {"max_tokens", 4}};
+    const Json reply = post_json(off, "/v1/completions", request);
+    const Json again = post_json(off, "/v1/completions", request);
+    CHECK(again["choices"][0]["text"] == reply["choices"][0]["text"]);
+    CHECK(cached_tokens(reply) == 0);
+    CHECK(cached_tokens(again) == 0);
+  }
+}
+
 TEST_CASE("minimind-server: a streamed chat is SSE chat.completion.chunk events ending in data: [DONE]") {
   auto& server = demo_server();
   const std::string user = "今天天气";
@@ -414,14 +504,16 @@ TEST_CASE("minimind-server: a streamed chat is SSE chat.completion.chunk events 
   REQUIRE(last != nullptr);
   CHECK(last == &chunks.back());
   CHECK((*last)["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]);
-  CHECK((*last)["usage"] == whole["usage"]);
+  CHECK(counts((*last)["usage"]) == counts(whole["usage"]));
+  // The same prompt again: all of it but its last position was cached.
+  CHECK((*last)["usage"]["prompt_tokens_details"]["cached_tokens"] == whole["usage"]["prompt_tokens"].get<int64_t>() - 1);
 
   // stream_options.include_usage adds OpenAI's usage-only chunk with no choices.
   request["stream_options"] = {{"include_usage", true}};
   const auto with_usage = sse_chunks(post_stream(server, "/v1/chat/completions", request).body);
   REQUIRE(!with_usage.empty());
   CHECK(with_usage.back()["choices"].empty());
-  CHECK(with_usage.back()["usage"] == whole["usage"]);
+  CHECK(with_usage.back()["usage"] == (*last)["usage"]);
 }
 
 TEST_CASE("minimind-server: 8 concurrent greedy chats each equal the same request run alone") {
@@ -761,7 +853,7 @@ TEST_CASE("minimind-server: every request field is honoured or refused with a 40
                                        {"response_format", {{"type", "text"}}}, {"open_thinking", false},
                                        {"chat_template_kwargs", {{"open_thinking", false}, {"enable_thinking", false}}}}));
   CHECK(neutral["choices"][0]["message"] == plain["choices"][0]["message"]);
-  CHECK(neutral["usage"] == plain["usage"]);
+  CHECK(counts(neutral["usage"]) == counts(plain["usage"]));
   CHECK(get_json(server, "/health")["slots_idle"] == 4);
 }
 
@@ -1064,6 +1156,7 @@ void check_flag_errors(const std::vector<std::pair<std::string, std::string>>& c
 TEST_CASE("minimind-server: flag errors are one line and exit 1") {
   check_flag_errors({
            {"--slots 0", "--slots must be in"},
+           {"--cache-mb -1", "--cache-mb must be in"},
            {"--port 70000", "--port must be in"},
            {"--queue -1", "--queue must be in"},
            {"--ctx 100000", "--ctx must be in"},

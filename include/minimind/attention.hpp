@@ -131,8 +131,6 @@ class Attention {
         const SequenceRows<T>& seq = seqs[static_cast<size_t>(task / per_seq)];
         const Index kv = task % kv_heads_, h0 = kv * group, i0 = task % per_seq / kv_heads_ * s.query_block;
         if (i0 >= seq.rows) continue;  // a shorter sequence than the longest
-        const auto keys = seq.cache->keys(layer, kv, seq.length());
-        const auto values = seq.cache->values(layer, kv, seq.length());
         const Index m = std::min(s.query_block, seq.rows - i0);
         const Index reach = seq.start + i0 + m;  // the block's last query sees [0, reach)
         auto scores = s.scores.block(thread * group * s.query_block, 0, group * m, reach);
@@ -142,8 +140,7 @@ class Attention {
             .m = m,
             .heads = group,
             .first_visible = seq.start + i0 + 1,  // causal: row i sees positions [0, start + i0 + i + 1)
-            .keys = keys.data(),
-            .values = values.data(),
+            .kv = seq.cache->head(layer, kv),
             .head_dim = head_dim_,
             .scale = scale,
             .scores = scores.data(),

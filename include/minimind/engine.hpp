@@ -6,6 +6,10 @@
 // after the step that ends it; a long prompt is prefilled in chunks so it does not stall the
 // others. Sampling, the stop rules (eos, max_new_tokens, a full context), a JSON-schema
 // constraint (GenerationConfig::json_grammar) and LoRA adapters stay per request.
+// Every request's KV cache is made of blocks of one pool; the full blocks of finished and running
+// requests stay cached (EngineOptions::cache_mb, least recently used first out), indexed by the ids
+// they hold, so a request whose prompt starts like an earlier one reuses those blocks and
+// prefills only the rest (EngineOutcome::cached_tokens; docs/design-prompt-cache.md).
 //
 //   minimind::Engine engine(model);                        // EngineOptions: slots, queue, context
 //   minimind::RequestHandle reply = engine.submit({ids, config});  // from any thread
@@ -20,7 +24,9 @@
 #include "minimind/error.hpp"
 #include "minimind/generate.hpp"
 #include "minimind/lora.hpp"
+#include "minimind/kv_cache.hpp"
 #include "minimind/model.hpp"
+#include "minimind/prefix_index.hpp"
 #include "minimind/session.hpp"
 #include "minimind/tokenizer.hpp"
 
@@ -55,9 +61,10 @@ struct EngineOptions {
   Index context = 0;      // positions a request may reach; 0: min(max_position_embeddings, kDefaultContext)
   // At most this many prompt positions are prefilled per step, shared by the requests that prefill.
   size_t prefill_rows = 256;
-  // A request's KV cache grows in blocks of this many positions as its sequence advances, up to
-  // `context`, so a slot holds what its request has used, not the worst case.
-  Index kv_block = 256;
+  // Mebibytes of KV blocks kept for later requests to reuse (a prompt cache), besides those the
+  // running requests hold; 0 turns the cache off. A request's cache grows by blocks of
+  // KVCache::kBlockPositions positions as it advances, so a slot holds what it has used.
+  size_t cache_mb = 256;
   // Called on the scheduler thread after every step, outside the engine's lock, before the step's
   // ids reach their readers (a server's /metrics records step times and batch sizes with it).
   // Every running request waits for it, so it must be quick, and safe against the threads that
@@ -74,6 +81,9 @@ struct EngineRequest {
   // The reader is woken once this many ids wait, or at the end. A reader that does not stream
   // sets more: on two cores, reader threads waking at every step made each step markedly slower.
   size_t notify_every = 1;
+  // false: neither reuse cached blocks nor leave this request's blocks for others (as with
+  // adapters, whose keys and values the cache does not tell apart).
+  bool cache_prompt = true;
 };
 
 // submit() when every slot is busy and the queue is full.
@@ -103,6 +113,7 @@ struct EngineOutcome {
   std::string error;
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;  // ids sampled, an eos that ended it included
+  int64_t cached_tokens = 0;     // prompt positions reused from the cache, not computed
   // When the steps that sampled the first and the last of them ended (none when nothing was
   // sampled): the latencies a reader cannot see itself, since it is woken every notify_every ids.
   std::optional<std::chrono::steady_clock::time_point> first_token_at, last_token_at;
@@ -130,6 +141,14 @@ struct EngineSequence {
   bool holds_slot_only = false;  // Engine::reserve_slot(): no generation
   size_t prefilled = 0;          // prompt ids fed so far
   int32_t last = 0;              // the id to feed next, once prefilled
+  // The scheduler's record of the session's blocks: the ids run so far (the prompt, then each fed
+  // id), and per block table entry its node in the prefix index (PrefixIndex::kRoot: a block of
+  // its own). Entries [0, shared) are nodes.
+  bool cache_prompt = true;
+  bool attached = false;  // has looked up its prompt (and got its first blocks)
+  bool failed = false;    // a step failed: its last block is not to be cached
+  std::vector<int32_t> history, nodes;
+  size_t shared = 0;
 
   std::vector<int32_t> ids;  // sampled, not yet taken by the reader
   EngineOutcome outcome;
@@ -265,7 +284,12 @@ class Engine {
                   std::to_string(max_context) + "]");
     }
     if (options_.prefill_rows < 1) throw Error("engine: prefill_rows must be >= 1");
-    if (options_.kv_block < 1) throw Error("engine: kv_block must be >= 1");
+    // Enough blocks for every slot at a full context besides the cache's, so that a running
+    // request never lacks one: the cache gives blocks back (evicting) only to itself.
+    const Index B = KVCache<T>::kBlockPositions;
+    const size_t cache_blocks = options_.cache_mb * (size_t{1} << 20) / KVBlockPool<T>::block_bytes(model.config());
+    pool_.emplace(model.config(), options_.slots * ((options_.context + B - 1) / B) + static_cast<Index>(cache_blocks));
+    if (cache_blocks > 0) index_.emplace(B, cache_blocks);
     shared_->slots = static_cast<size_t>(options_.slots);
     thread_ = std::thread([this] { loop(); });
   }
@@ -299,13 +323,16 @@ class Engine {
     seq->prompt = std::move(request.prompt);
     seq->notify_every = std::max<size_t>(1, request.notify_every);
     seq->outcome.prompt_tokens = static_cast<int64_t>(seq->prompt.size());
+    // Keys and values depend on the adapters that made them, and the index knows only ids: a
+    // request with adapters neither reuses cached blocks nor leaves its own.
+    seq->cache_prompt = request.cache_prompt && request.adapters.empty();
     if (seq->config.max_new_tokens == 0) {  // as generate(): nothing to run
       seq->outcome.stop = StopReason::MaxNewTokens;
       seq->started = seq->finished = true;
       return RequestHandle<T>(std::move(seq), shared_);
     }
     seq->sampler.emplace(seq->config, model_.config().vocab_size, seq->prompt, options_.context - static_cast<Index>(seq->prompt.size()));
-    seq->session.emplace(model_.new_session(std::min(options_.context, options_.kv_block)));
+    seq->session.emplace(model_.config(), *pool_);
     if (!request.adapters.empty()) seq->session->set_adapters(std::move(request.adapters));
     enqueue(seq);
     return RequestHandle<T>(std::move(seq), shared_);
@@ -377,7 +404,10 @@ class Engine {
         leave_locked(running, left);
         if (exiting_) return;
       }
-      left.clear();  // their sessions are freed here, outside the lock
+      // Their blocks go back (to the cache or the pool) and their sessions are freed here,
+      // outside the lock.
+      for (auto& seq : left) give_back(*seq);
+      left.clear();
       if (running.empty()) continue;
       const auto step_began = std::chrono::steady_clock::now();
       fed.clear();
@@ -385,6 +415,9 @@ class Engine {
       samples.clear();
       size_t prefill_budget = options_.prefill_rows;
       for (auto& seq : running) {
+        // A request looks its prompt up when it first gets prefill rows, not when it joins: those
+        // that arrive together then share what the first of them has prefilled meanwhile.
+        if (!seq->attached && prefill_budget > 0) attach(*seq);
         if (seq->prefilled < seq->prompt.size()) {
           const size_t chunk = std::min(seq->prompt.size() - seq->prefilled, prefill_budget);
           if (chunk == 0) continue;
@@ -394,6 +427,7 @@ class Engine {
           samples.push_back(seq->prefilled == seq->prompt.size());
         } else {
           feeds.push_back(std::span<const int32_t>(&seq->last, 1));
+          seq->history.push_back(seq->last);
           samples.push_back(true);
         }
         fed.push_back(seq.get());
@@ -404,12 +438,11 @@ class Engine {
         for (size_t i = 0; i < fed.size(); ++i) {
           Session<T>& session = *fed[i]->session;
           const Index needed = session.position() + static_cast<Index>(feeds[i].size());
-          if (needed > session.context()) {
-            session.reserve(std::min(options_.context, (needed + options_.kv_block - 1) / options_.kv_block * options_.kv_block));
-          }
+          session.reserve(needed);
           batch_.add(session, feeds[i]);
         }
         const auto logits = batch_.step();
+        for (Sequence* seq : fed) publish_full(*seq);
         for (size_t i = 0; i < fed.size(); ++i) {
           if (!samples[i]) continue;
           Sequence& seq = *fed[i];
@@ -427,6 +460,7 @@ class Engine {
       for (size_t i = 0; i < fed.size(); ++i) {
         Sequence& seq = *fed[i];
         if (!error.empty()) {
+          seq.failed = true;
           seq.outcome.error = error;
           end_locked(seq);
           continue;
@@ -444,6 +478,102 @@ class Engine {
       }
       leave_locked(running, left);
     }
+  }
+
+  bool caches(const Sequence& seq) const { return index_ && seq.cache_prompt; }
+
+  // A sequence joining the batch takes the longest cached prefix of its prompt: the full blocks
+  // as they are, and the rows of a partly matching block copied into a block of its own (which it
+  // goes on writing). At most prompt - 1 positions, so that the last one runs and gives logits.
+  void attach(Sequence& seq) {
+    seq.attached = true;
+    seq.history.reserve(static_cast<size_t>(options_.context));
+    const size_t table = static_cast<size_t>((options_.context + KVCache<T>::kBlockPositions - 1) / KVCache<T>::kBlockPositions);
+    seq.nodes.reserve(table);
+    KVCache<T>& cache = seq.session->cache();
+    cache.blocks.reserve(table);
+    seq.history.assign(seq.prompt.begin(), seq.prompt.end());
+    if (!caches(seq)) return;
+    const PrefixIndex::Match match = index_->find(seq.prompt, static_cast<Index>(seq.prompt.size()) - 1);
+    for (const int32_t node : match.nodes) {
+      cache.blocks.push_back(index_->block(node));
+      seq.nodes.push_back(node);
+    }
+    seq.shared = match.nodes.size();
+    if (match.copy_rows > 0) {
+      const int32_t own = pool_->allocate();
+      pool_->copy_rows(index_->block(match.copy_from), own, match.copy_rows);
+      cache.blocks.push_back(own);
+      seq.nodes.push_back(PrefixIndex::kRoot);
+    }
+    const Index cached = index_->positions(match);
+    cache.capacity = static_cast<Index>(cache.blocks.size()) * KVCache<T>::kBlockPositions;
+    seq.session->advance(cached);
+    seq.prefilled = static_cast<size_t>(cached);
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    seq.outcome.cached_tokens = cached;
+  }
+
+  // Puts `ids` (a block's worth, or fewer for the last, partly filled one) of table entry `entry`
+  // into the index after the entry before it; false when the index is full of referenced blocks.
+  // An equal node already there replaces the sequence's own block, which is freed.
+  bool publish(Sequence& seq, size_t entry, std::span<const int32_t> ids) {
+    const int32_t parent = entry == 0 ? PrefixIndex::kRoot : seq.nodes[entry - 1];
+    int32_t& block = seq.session->cache().blocks[entry];
+    bool adopted = false;
+    int32_t node = index_->insert(parent, ids, block, adopted);
+    while (node == PrefixIndex::kRoot) {
+      const int32_t evicted = index_->evict();
+      if (evicted == PrefixIndex::kRoot) return false;
+      pool_->free(evicted);
+      node = index_->insert(parent, ids, block, adopted);
+    }
+    if (adopted) {
+      pool_->free(block);
+      block = index_->block(node);
+    }
+    seq.nodes[entry] = node;
+    ++seq.shared;
+    return true;
+  }
+
+  // After a step: the blocks the sequence has filled go into the index at once, so that requests
+  // arriving while it runs share them too.
+  void publish_full(Sequence& seq) {
+    if (!caches(seq)) return;
+    const Index B = KVCache<T>::kBlockPositions;
+    const size_t filled = static_cast<size_t>(seq.session->position() / B);
+    seq.nodes.resize(seq.session->cache().blocks.size(), PrefixIndex::kRoot);
+    while (seq.shared < filled) {
+      const auto ids = std::span<const int32_t>(seq.history).subspan(seq.shared * static_cast<size_t>(B), static_cast<size_t>(B));
+      if (!publish(seq, seq.shared, ids)) {
+        seq.cache_prompt = false;  // the index is full of blocks in use: the rest stays its own
+        return;
+      }
+    }
+  }
+
+  // A sequence that has left gives its blocks back: its partly filled last block goes into the
+  // index too (nobody writes it any more), its references on nodes are dropped (they stay cached
+  // until evicted), its other blocks go back to the pool.
+  void give_back(Sequence& seq) {
+    if (!seq.session) return;
+    KVCache<T>& cache = seq.session->cache();
+    seq.nodes.resize(cache.blocks.size(), PrefixIndex::kRoot);
+    if (!seq.failed) {
+      publish_full(seq);
+      const Index B = KVCache<T>::kBlockPositions, position = seq.session->position();
+      const size_t last = static_cast<size_t>(position / B);
+      if (caches(seq) && position % B > 0 && seq.shared == last) {
+        publish(seq, last, std::span<const int32_t>(seq.history).subspan(last * static_cast<size_t>(B), static_cast<size_t>(position % B)));
+      }
+    }
+    // In path order, so that a block is never used more recently than the one after it.
+    for (size_t i = 0; i < cache.blocks.size(); ++i) {
+      if (seq.nodes[i] != PrefixIndex::kRoot) index_->release(seq.nodes[i]);
+      else pool_->free(cache.blocks[i]);
+    }
+    seq.session.reset();
   }
 
   // Under the mutex: a running sequence has ended; its slot is released when it leaves.
@@ -465,6 +595,9 @@ class Engine {
   const MiniMindForCausalLM<T>& model_;
   EngineOptions options_;
   Batch<T> batch_;
+  // Used by the scheduler thread only.
+  std::optional<KVBlockPool<T>> pool_;
+  std::optional<PrefixIndex> index_;  // when options_.cache_mb holds a block
   std::shared_ptr<detail::EngineShared<T>> shared_;
   bool exiting_ = false;  // guarded by shared_->mutex
   std::thread thread_;    // last: starts once the rest is built

@@ -64,6 +64,13 @@ class Session {
     }
     scratch_.reserve(config, 1, context, 1);
   }
+  // A session of no positions whose cache takes its blocks from `pool`, shared with other
+  // sessions (an Engine's): reserve() takes free blocks from it; whoever shares the pool gives
+  // them back.
+  Session(const Config& config, KVBlockPool<T>& pool)
+      : cache_(pool), shape_(shape_of(config)), max_context_(config.max_position_embeddings), config_(config) {
+    scratch_.reserve(config, 1, 1, 1);
+  }
 
   Index position() const { return position_; }  // how many positions are cached
   Index context() const { return cache_.capacity; }  // how many positions the cache holds

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 namespace minimind::kernels {
@@ -27,6 +28,22 @@ void silu_mul(T* g, const T* u, Index n) {
   Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>> gate(g, n);
   gate = gate / (T(1) + (-gate).exp()) * Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>(u, n);
 }
+
+// Where one kv head's cached keys and values lie (kv_cache.hpp): in blocks of block_positions
+// positions, each block's rows head_dim floats apart; the sequence's i-th block starts at
+// keys + blocks[i] * block_stride (and values + blocks[i] * block_stride). Sequences that share a
+// prefix share its blocks.
+template <class T>
+struct KVBlocks {
+  const T* keys;
+  const T* values;
+  const int32_t* blocks;
+  Index block_positions;
+  Index block_stride;
+
+  const T* key_block(Index i) const { return keys + blocks[i] * block_stride; }
+  const T* value_block(Index i) const { return values + blocks[i] * block_stride; }
+};
 
 // The attention of the query heads that share one kv head (grouped-query attention) for m
 // consecutive query rows of one sequence: row i sees the keys and values of positions
@@ -39,8 +56,7 @@ struct HeadAttention {
   Index m;
   Index heads;  // query heads sharing the keys and values
   Index first_visible;
-  const T* keys;    // [first_visible + m - 1, head_dim], contiguous
-  const T* values;  // the same shape
+  KVBlocks<T> kv;  // [first_visible + m - 1, head_dim] keys and values, in blocks
   Index head_dim;
   T scale;    // 1 / sqrt(head_dim)
   T* scores;  // [heads * m, first_visible + m - 1], rows scores_stride apart: the probabilities, 0 where unseen
@@ -53,6 +69,18 @@ struct HeadAttention {
   T* panels = nullptr;
 
   Index reach() const { return first_visible + m - 1; }
+  const T* key(Index j) const { return kv.key_block(j / kv.block_positions) + j % kv.block_positions * head_dim; }
+  const T* value(Index j) const { return kv.value_block(j / kv.block_positions) + j % kv.block_positions * head_dim; }
+  // f(j, key j, value j) for the positions j in [0, n), in order, a block at a time (no division per key).
+  template <class F>
+  void for_each_key(Index n, F f) const {
+    for (Index j0 = 0, b = 0; j0 < n; j0 += kv.block_positions, ++b) {
+      const T* keys = kv.key_block(b);
+      const T* values = kv.value_block(b);
+      const Index rows = std::min(kv.block_positions, n - j0);
+      for (Index r = 0; r < rows; ++r) f(j0 + r, keys + r * head_dim, values + r * head_dim);
+    }
+  }
 };
 
 // The scratch attend_tiled needs: a panel of keys transposed (as many keys as the widest
@@ -62,17 +90,20 @@ inline constexpr Index kAttentionKeyPanel = 32;
 inline constexpr Index kAttentionValueKeys = 256;
 inline constexpr Index attention_panel_floats(Index head_dim) { return head_dim * (kAttentionKeyPanel + kAttentionValueKeys); }
 
-// Per head: the block's scores against every key its last row sees (one matrix product), a
-// causal softmax per row, and the weighted sum of the values (another).
+// Per head: the block's scores against every key its last row sees (a matrix product per block
+// of keys), a causal softmax per row, and the weighted sum of the values (a product per block).
 template <class T>
 void attend_heads(const HeadAttention<T>& a) {
   using Rows = Eigen::Map<const MatrixRM<T>, 0, Eigen::OuterStride<>>;
   using MutableRows = Eigen::Map<MatrixRM<T>, 0, Eigen::OuterStride<>>;
-  const Index reach = a.reach();
-  const ConstMatrixMap<T> keys(a.keys, reach, a.head_dim), values(a.values, reach, a.head_dim);
+  const Index reach = a.reach(), per_block = a.kv.block_positions;
   for (Index g = 0; g < a.heads; ++g) {
     MutableRows scores(a.scores + g * a.m * a.scores_stride, a.m, reach, Eigen::OuterStride<>(a.scores_stride));
-    scores.noalias() = Rows(a.q + g * a.head_dim, a.m, a.head_dim, Eigen::OuterStride<>(a.q_stride)) * keys.transpose();
+    const Rows q(a.q + g * a.head_dim, a.m, a.head_dim, Eigen::OuterStride<>(a.q_stride));
+    for (Index j0 = 0, b = 0; j0 < reach; j0 += per_block, ++b) {
+      const Index n = std::min(per_block, reach - j0);
+      scores.middleCols(j0, n).noalias() = q * ConstMatrixMap<T>(a.kv.key_block(b), n, a.head_dim).transpose();
+    }
     for (Index i = 0; i < a.m; ++i) {
       const Index visible = a.first_visible + i;
       auto seen = scores.row(i).head(visible);
@@ -80,7 +111,12 @@ void attend_heads(const HeadAttention<T>& a) {
       seen /= seen.sum();
       scores.row(i).tail(reach - visible).setZero();
     }
-    MutableRows(a.out + g * a.head_dim, a.m, a.head_dim, Eigen::OuterStride<>(a.out_stride)).noalias() = scores * values;
+    MutableRows out(a.out + g * a.head_dim, a.m, a.head_dim, Eigen::OuterStride<>(a.out_stride));
+    out.setZero();
+    for (Index j0 = 0, b = 0; j0 < reach; j0 += per_block, ++b) {
+      const Index n = std::min(per_block, reach - j0);
+      out.noalias() += scores.middleCols(j0, n) * ConstMatrixMap<T>(a.kv.value_block(b), n, a.head_dim);
+    }
   }
 }
 
@@ -180,9 +216,8 @@ struct GroupHeads {
   void scores(const float* const* q, float* const* p, Index visible, float* top) const {
     for (int g = 0; g < G; ++g) top[g] = -std::numeric_limits<float>::infinity();
     const Index d = a.head_dim;
-    for (Index j = 0; j < visible; ++j) {
-      const float* key = a.keys + j * d;
-      for (Index byte = 0; byte < d * 4; byte += 64) S::prefetch(a.values + j * d, byte);
+    a.for_each_key(visible, [&](Index j, const float* key, const float* value) {
+      for (Index byte = 0; byte < d * 4; byte += 64) S::prefetch(value, byte);
       V acc[4] = {S::zero(), S::zero(), S::zero(), S::zero()};
       alignas(16) float tail[4] = {0, 0, 0, 0};
       for_each_vector<S>(
@@ -200,7 +235,7 @@ struct GroupHeads {
         p[g][j] = sums[g];
         top[g] = std::max(top[g], sums[g]);
       }
-    }
+    });
   }
 
   // out_g[c, c + K L) = sum_j p_g[j] value j [c, c + K L): each value vector loaded once for the G heads.
@@ -209,15 +244,14 @@ struct GroupHeads {
     V acc[G][K];
     for (int g = 0; g < G; ++g)
       for (int t = 0; t < K; ++t) acc[g][t] = S::zero();
-    for (Index j = 0; j < visible; ++j) {
-      const float* row = a.values + j * a.head_dim + c;
+    a.for_each_key(visible, [&](Index j, const float*, const float* value) {
       V v[K];
-      for (int t = 0; t < K; ++t) v[t] = S::load(row + t * L);
+      for (int t = 0; t < K; ++t) v[t] = S::load(value + c + t * L);
       for (int g = 0; g < G; ++g) {
         const V w = S::set1(p[g][j]);
         for (int t = 0; t < K; ++t) acc[g][t] = S::madd(acc[g][t], w, v[t]);
       }
-    }
+    });
     for (int g = 0; g < G; ++g)
       for (int t = 0; t < K; ++t) S::store(out[g] + c + t * L, acc[g][t]);
   }
@@ -246,7 +280,7 @@ struct GroupHeads {
       for (; c < d; ++c) {
         for (int g = 0; g < G; ++g) {
           float sum_c = 0;
-          for (Index j = 0; j < visible; ++j) sum_c += p[g][j] * a.values[j * d + c];
+          a.for_each_key(visible, [&](Index j, const float*, const float* value) { sum_c += p[g][j] * value[c]; });
           out[g][c] = sum_c;
         }
       }
@@ -286,7 +320,7 @@ inline void attend_tiled(const HeadAttention<float>& a) {
   auto scores_of = [&](Index h) { return a.scores + h * a.m * a.scores_stride; };
   for (Index j0 = 0; j0 < reach; j0 += P) {
     const Index keys = std::min(P, reach - j0);
-    gemm::pack_panel(a.keys + j0 * d, d, keys, d, 0, keys_t);
+    gemm::pack_panel(a.key(j0), d, keys, d, 0, keys_t);  // one block holds the panel (attend_heads)
     for (Index h = 0; h < a.heads; ++h) {
       for (Index i0 = 0; i0 < a.m; i0 += R) {
         const Index rows = std::min(R, a.m - i0);
@@ -312,7 +346,7 @@ inline void attend_tiled(const HeadAttention<float>& a) {
     const Index keys = std::min(kAttentionValueKeys, reach - j0);
     for (Index c0 = 0; c0 < d; c0 += P) {
       float* panel = values_p + c0 * kAttentionValueKeys;
-      for (Index j = 0; j < keys; ++j) std::copy_n(a.values + (j0 + j) * d + c0, P, panel + j * P);
+      for (Index j = 0; j < keys; ++j) std::copy_n(a.value(j0 + j) + c0, P, panel + j * P);
     }
     for (Index h = 0; h < a.heads; ++h) {
       for (Index i0 = 0; i0 < a.m; i0 += R) {
@@ -332,12 +366,13 @@ inline void attend_tiled(const HeadAttention<float>& a) {
 // prompts the choice hardly shows (commit f8129d0).
 inline constexpr Index kTiledMinQueries = 8;
 
-// A block of queries in tiles (attend_tiled) where the caller gave the scratch and the heads are
-// whole panels wide; otherwise (a decode step) row by row, the heads in groups of up to four
+// A block of queries in tiles (attend_tiled) where the caller gave the scratch, the heads are
+// whole panels wide and a panel of keys never spans two blocks of the cache; otherwise (a decode step) row by row, the heads in groups of up to four
 // (GroupHeads): their scores against the keys a row sees, a softmax per head, and the weighted
 // sums of the values.
 inline void attend_heads(const HeadAttention<float>& a) {
-  if (a.panels && a.m >= kTiledMinQueries && a.head_dim % gemm_detail::MINIMIND_TARGET::kPanel == 0) {
+  constexpr Index P = gemm_detail::MINIMIND_TARGET::kPanel;
+  if (a.panels && a.m >= kTiledMinQueries && a.head_dim % P == 0 && a.kv.block_positions % P == 0) {
     attend_tiled(a);
     return;
   }

@@ -63,28 +63,19 @@ class Connection {
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
       const int fd = std::atoi(entry.path().filename().c_str());
-      if (port_of(fd, getpeername) == req.remote_port && port_of(fd, getsockname) == req.local_port &&
-          host_of(fd) == req.remote_addr) {
-        return Connection(fd);
-      }
+      if (names(fd, req)) return Connection(fd);
     }
     return Connection(-1);  // not found: treated as connected
   }
 
-  // The same, looked up once per connection on the calling thread: the pre-routing handler finds
-  // it for every request, and a handler asking again gets it without another scan of the
-  // descriptors. httplib serves a connection on one thread, and its address pair names it while
-  // it is open.
+  // The same, without scanning the descriptors again while the calling thread serves the same
+  // connection (httplib serves a connection on one thread): the thread's last socket is taken
+  // when it still has this request's address pair, so a closed connection whose number was
+  // reused is never mistaken for it.
   static Connection of_this_thread(const httplib::Request& req) {
-    thread_local std::string remote_addr;
-    thread_local int remote_port = -1, local_port = -1, fd = -1;
-    if (req.remote_addr != remote_addr || req.remote_port != remote_port || req.local_port != local_port) {
-      fd = of(req).fd_;
-      remote_addr = req.remote_addr;
-      remote_port = req.remote_port;
-      local_port = req.local_port;
-    }
-    return Connection(fd);
+    thread_local int last = -1;
+    if (last < 0 || !names(last, req)) last = of(req).fd_;
+    return Connection(last);
   }
 
   int fd() const { return fd_; }
@@ -102,6 +93,11 @@ class Connection {
 
  private:
   explicit Connection(int fd) : fd_(fd) {}
+  // Whether socket `fd` is the connection `req` came on.
+  static bool names(int fd, const httplib::Request& req) {
+    return port_of(fd, getpeername) == req.remote_port && port_of(fd, getsockname) == req.local_port &&
+           host_of(fd) == req.remote_addr;
+  }
   using NameFn = int (*)(int, sockaddr*, socklen_t*);
   static int port_of(int fd, NameFn name) {
     sockaddr_storage addr{};

@@ -1488,16 +1488,20 @@ TEST_CASE("minimind-server --web-root: the folder's files at / with the cross-or
   write_file(base / "secret.txt", "not to be served");
   ServerProcess server("web_root", {"--slots", "1", "--threads", "1", "--web-root", root.string(), "--api-key", "web-key"});
   auto client = server.client();
-  for (const auto& [path, body, type] : {std::tuple<std::string, std::string, std::string>{"/", "<!doctype html><title>in-browser page</title>", "text/html"},
-                                         {"/minimind-web.js", "createMiniMind = 1;", "javascript"},
-                                         {"/minimind-web.wasm", std::string("\0asm\1\0\0\0", 8), "application/wasm"},
-                                         {"/model/config.json", "{\"hidden_size\": 64}", "application/json"}}) {
-    CAPTURE(path);
-    auto res = client.Get(path.c_str());  // no key: the page's files are as public as the built-in page
+  // A struct, not a structured binding: clang 14 cannot capture those in CAPTURE's lambda.
+  struct Served {
+    std::string path, body, type;
+  };
+  for (const Served& file : {Served{"/", "<!doctype html><title>in-browser page</title>", "text/html"},
+                             Served{"/minimind-web.js", "createMiniMind = 1;", "javascript"},
+                             Served{"/minimind-web.wasm", std::string("\0asm\1\0\0\0", 8), "application/wasm"},
+                             Served{"/model/config.json", "{\"hidden_size\": 64}", "application/json"}}) {
+    CAPTURE(file.path);
+    auto res = client.Get(file.path.c_str());  // no key: the page's files are as public as the built-in page
     REQUIRE(res);
     CHECK(res->status == 200);
-    CHECK(res->body == body);
-    CHECK(res->get_header_value("Content-Type").find(type) != std::string::npos);
+    CHECK(res->body == file.body);
+    CHECK(res->get_header_value("Content-Type").find(file.type) != std::string::npos);
     CHECK(res->get_header_value("Cross-Origin-Opener-Policy") == "same-origin");
     CHECK(res->get_header_value("Cross-Origin-Embedder-Policy") == "require-corp");
   }

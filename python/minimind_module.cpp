@@ -292,6 +292,26 @@ minimind::ChatOptions chat_options(std::optional<bool> enable_thinking, std::opt
   return options;
 }
 
+// load's adapters: each a path (scale 1) or a (path, scale) pair, as the programs' --lora and
+// --lora-scaled take them; read with the GIL held, loaded without it.
+std::vector<std::pair<std::filesystem::path, float>> lora_paths(const py::object& adapters) {
+  std::vector<std::pair<std::filesystem::path, float>> out;
+  if (adapters.is_none()) return out;
+  if (py::isinstance<py::str>(adapters)) throw minimind::Error("adapters must be a list of paths or (path, scale) pairs, not one string");
+  size_t i = 0;
+  for (const py::handle item : adapters) {
+    if (py::isinstance<py::tuple>(item)) {
+      const auto pair = item.cast<py::tuple>();
+      if (pair.size() != 2) throw minimind::Error("adapters[" + std::to_string(i) + "]: a pair must be (path, scale)");
+      out.emplace_back(pair[0].cast<std::filesystem::path>(), pair[1].cast<float>());
+    } else {
+      out.emplace_back(item.cast<std::filesystem::path>(), 1.0f);
+    }
+    ++i;
+  }
+  return out;
+}
+
 // Messages as the OpenAI API and transformers' apply_chat_template take them: dicts with "role"
 // and "content", and for minimind-3 assistant turns optionally "reasoning_content". Any other key
 // is refused rather than silently left out of the prompt.
@@ -488,20 +508,27 @@ PYBIND11_MODULE(minimind, module) {
 
   module.def(
       "load",
-      [](const std::filesystem::path& path, const std::string& dtype, int threads, bool f32_panels, const py::object& config_overrides) {
+      [](const std::filesystem::path& path, const std::string& dtype, int threads, bool f32_panels, bool quantized_as_stored,
+         const py::object& config_overrides, const py::object& adapters) {
         if (threads < 0) throw minimind::Error("threads must be >= 0 (0 = one per core), got " + std::to_string(threads));
         minimind::LoadOptions options;
         options.format = minimind::parse_format(dtype);
         options.threads = threads;
         options.f32_panels = f32_panels;
+        options.quantized_as_stored = quantized_as_stored;
         minimind::CheckpointOptions checkpoint_options;
         if (!config_overrides.is_none()) checkpoint_options.config_overrides = to_json<nlohmann::json>(config_overrides);
+        const auto adapter_paths = lora_paths(adapters);
         PyModel m;
         py::gil_scoped_release release;
+        for (const auto& [adapter, scale] : adapter_paths)
+          options.adapters.push_back({std::make_shared<const minimind::LoraAdapter>(minimind::LoraAdapter::load(adapter)), scale});
         m.pretrained = std::make_unique<Model>(minimind::load_pretrained<float>(path, options, checkpoint_options));
         return m;
       },
-      "path"_a, "dtype"_a = "f32", "threads"_a = 0, py::kw_only(), "f32_panels"_a = true, "config_overrides"_a = py::none(),
-      "Load a checkpoint: a directory (config.json + model.safetensors + tokenizer.json), or a .safetensors, .pth or .gguf file.");
+      "path"_a, "dtype"_a = "f32", "threads"_a = 0, py::kw_only(), "f32_panels"_a = true, "quantized_as_stored"_a = true,
+      "config_overrides"_a = py::none(), "adapters"_a = py::none(),
+      "Load a checkpoint: a directory (config.json + model.safetensors + tokenizer.json), or a .safetensors, .pth or .gguf file;\n"
+      "adapters: LoRA adapters merged at load, each a path (scale 1) or a (path, scale) pair, as --lora / --lora-scaled.");
   module.attr("__version__") = MINIMIND_VERSION;
 }

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import minimind
-from conftest import DEMO, SHARED, program, require
+from conftest import DEMO, ROOT, SHARED, program, require
 
 GOLDEN_CASES = ["tiny-mm2", "tiny-mm2-f16", "tiny-mm2-bf16", "tiny-mm3", "tiny-mm3-moe", "tiny-untied"]
 LOGITS_TOLERANCE = 1e-4
@@ -130,6 +130,22 @@ def test_config_and_load_options(demo):
     short = minimind.load(DEMO, config_overrides={"max_position_embeddings": 8})
     assert short.config["max_position_embeddings"] == 8
     assert demo.generation_config["eos_token_ids"] == [2, 0]
+
+
+def test_lora_adapters_equal_minimind_next_lora(demo, tmp_path):
+    adapters = ROOT / "tests" / "data" / "lora" / "adapters"
+    one, two = adapters / "demo-random-1.pth", adapters / "demo-random-2.pth"
+    expected = json.loads(run("minimind-next", "--model", str(DEMO), "--prompt", "今天天气", "--trace", "--json", "--top", "3",
+                              "--lora", str(one), "--lora-scaled", f"{two}:0.5"))
+    adapted = minimind.load(DEMO, threads=1, adapters=[one, (str(two), 0.5)])
+    assert adapted.trace("今天天气", top=3) == expected
+    assert adapted.trace("今天天气", top=3) != demo.trace("今天天气", top=3)
+    with pytest.raises(minimind.Error, match="no_such_adapter"):
+        minimind.load(DEMO, adapters=[tmp_path / "no_such_adapter.pth"])
+    with pytest.raises(minimind.Error, match="not one string"):
+        minimind.load(DEMO, adapters=str(one))
+    with pytest.raises(minimind.Error, match=r"adapters\[0\]"):
+        minimind.load(DEMO, adapters=[(one, 1.0, 2.0)])
 
 
 # --- streaming ------------------------------------------------------------------------------------

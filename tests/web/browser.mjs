@@ -3,11 +3,13 @@
 // first with the probability minimind-next printed (within 1e-5); the controls that need the server
 // (Think, JSON mode, Tools) are disabled with a tooltip saying so; a chat reply streams in; the page
 // shows the tokens/s it measured; the demo model's files opened through the file input load and
-// give the same probability; no page error, and no request but to the page's own origin. Then the
+// give the same probability, and so does a GGUF file of it (minimind-convert's) opened there, with
+// the probability minimind-next printed for that file; no page error, and no request but to the
+// page's own origin. Then the
 // same folder from ISOLATED_ORIGIN (minimind-server --web-root, which sends the cross-origin
 // isolation headers): the page is cross-origin isolated, runs the threaded build on every core
 // (at most 8), and inspecting gives the same probability.
-// Usage: node browser.mjs WEB_DIR MODEL_DIR EXPECTED_PROBABILITY SCREENSHOT_PREFIX ISOLATED_ORIGIN [--bench]
+// Usage: node browser.mjs WEB_DIR MODEL_DIR EXPECTED_PROBABILITY SCREENSHOT_PREFIX ISOLATED_ORIGIN GGUF GGUF_PROBABILITY [--bench]
 // (screenshots: SCREENSHOT_PREFIX-chat.png, -inspect.png and -isolated.png)
 // --bench also prints prefill/decode tokens/s timed inside the page's worker (minimind-bench's pp/tg),
 // one thread and threaded.
@@ -16,11 +18,10 @@ import fs from "node:fs";
 import path from "node:path";
 import puppeteer from "puppeteer-core";
 
-const [webDir, modelDir, expectedText, screenshot, isolatedOrigin, benchFlag] = process.argv.slice(2);
-if (!webDir || !modelDir || !expectedText || !screenshot || !isolatedOrigin) {
-  throw new Error("usage: node browser.mjs WEB_DIR MODEL_DIR EXPECTED_PROBABILITY SCREENSHOT ISOLATED_ORIGIN [--bench]");
+const [webDir, modelDir, expectedText, screenshot, isolatedOrigin, gguf, ggufExpectedText, benchFlag] = process.argv.slice(2);
+if (!webDir || !modelDir || !expectedText || !screenshot || !isolatedOrigin || !gguf || !ggufExpectedText) {
+  throw new Error("usage: node browser.mjs WEB_DIR MODEL_DIR EXPECTED_PROBABILITY SCREENSHOT ISOLATED_ORIGIN GGUF GGUF_PROBABILITY [--bench]");
 }
-const expected = Number(expectedText);
 const problems = [];
 const types = { ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json" };
 
@@ -57,7 +58,7 @@ async function inspectFirst(page) {
   return page.$eval('[data-testid="topk"] li', (e) => ({ text: e.textContent, probability: Number(e.dataset.probability) }));
 }
 
-function checkFirst(first, when) {
+function checkFirst(first, when, expected = Number(expectedText)) {
   if (!first.text.includes("很") || !(Math.abs(first.probability - expected) <= 1e-5)) {
     problems.push(`${when}: the first top-k row is ${JSON.stringify(first.text)} with probability ${first.probability}, expected 很 with ${expected}`);
   }
@@ -170,6 +171,11 @@ try {
   await page.select("#layer", "1");
   await page.select("#head", "1");
   await page.screenshot({ path: screenshot + "-inspect.png", fullPage: true });
+
+  // The same model as one GGUF file.
+  await input.uploadFile(gguf);
+  await page.waitForFunction((name) => (document.getElementById("model-name").dataset.loaded || "").startsWith(name), { timeout: 120000 }, path.basename(gguf));
+  checkFirst(await inspectFirst(page), "a GGUF file opened from the file input", Number(ggufExpectedText));
 
   // Cross-origin isolated (minimind-server --web-root): the threaded build, the same probability.
   const isolatedRequests = [];

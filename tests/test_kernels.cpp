@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -1018,7 +1019,7 @@ TEST_CASE("NEON dot products (aarch64) match the scalar references on every tail
   check_128bit_dots([](const float* w, const float* x, Index cols) { return kernels::f32::neon::dot(w, x, cols); },
                     kernels::bf16::neon::dot, kernels::neon::q8_dot, kernels::q8::neon::dot);
   check_128bit_q4_dots(kernels::neon::q4_dot, kernels::q4::neon::dot);
-  MESSAGE("ran: NEON kernels (q4 " << std::string(kernels::neon::kQ4Sdot ? "with" : "without") << " sdot)");
+  MESSAGE("ran: NEON kernels (q4 and ggml " << std::string(kernels::neon::kQ4Sdot ? "with" : "without") << " sdot)");
 #else
   MESSAGE("not run: NEON kernels (this build is not for aarch64)");
 #endif
@@ -1220,6 +1221,44 @@ TEST_CASE("ggml: every type's decode product and GEMM on every target against th
     }
   });
   CHECK(types == 12);
+}
+
+// One target's GEMM block (`block`, its widening of whole blocks) of every ggml type, at both
+// 256-column steps of a row: the scalar dequantizer's values, bit for bit.
+template <class BlockFn>
+void check_ggml_blocks(BlockFn block) {
+  kernels::ggml::each_type([&]<class Q>() {
+    const std::string type = Q::kName;
+    CAPTURE(type);
+    const Index rows = 5, cols = 512, kc = 256;
+    const Weight<float> w = random_ggml<Q>(rows, cols, 90 + Q::kType);
+    const MatrixRM<float> plain = widened(w);
+    std::vector<float> buffer(static_cast<size_t>(rows * kc));
+    for (Index k0 = 0; k0 < cols; k0 += kc) {
+      Index stride = 0;
+      const float* out = block(w.format_view<kernels::ggml::Format>(), 0, rows, k0, kc, buffer.data(), stride);
+      size_t differ = 0;
+      for (Index r = 0; r < rows; ++r) differ += std::memcmp(out + r * stride, plain.row(r).data() + k0, static_cast<size_t>(kc) * sizeof(float)) != 0;
+      CHECK(differ == 0);
+    }
+  });
+}
+
+TEST_CASE("ggml: the NEON and WASM SIMD128 GEMM blocks widen every type bit for bit as the scalar dequantizers") {
+  std::string ran;
+#if MINIMIND_HAS_NEON
+  check_ggml_blocks([](const kernels::ggml::View& w, Index r, Index mr, Index k0, Index kc, float* buf, Index& stride) {
+    return kernels::neon::block(w, r, mr, k0, kc, buf, stride);
+  });
+  ran += " neon";
+#endif
+#if MINIMIND_HAS_WASM_SIMD
+  check_ggml_blocks([](const kernels::ggml::View& w, Index r, Index mr, Index k0, Index kc, float* buf, Index& stride) {
+    return kernels::wasm_simd128::block(w, r, mr, k0, kc, buf, stride);
+  });
+  ran += " wasm_simd128";
+#endif
+  MESSAGE("ggml blocks widened on:" << (ran.empty() ? std::string(" none (this build has neither target)") : ran));
 }
 
 #if MINIMIND_HAS_AVX512

@@ -499,6 +499,170 @@ inline float dot(const Q6_K::Block* b, Index cols, const int8_t* xq, const float
 }
 #endif
 
+#if MINIMIND_NEON || MINIMIND_WASM_SIMD
+// NEON and WASM SIMD128: every type through one description of its blocks, group() below: a
+// group of 32 values (one activation block) as 32 signed int8 codes, q[0] (values 0-15) and q[1]
+// (16-31), with each half's integer sub-block scale and minimum, so that value j of half h is
+// (d * sc[h]) * q[h][j] - dmin * m[h] (d and dmin the block's, minimum_scale()), as the scalar
+// dequantizers order it. Decode multiplies the codes with the int8 activations (Bytes::dot:
+// sdot with `dotprod`), the GEMM's block widens them to float (bit for bit the dequantizers').
+using Bytes = simd::Bytes;
+using B = Bytes::B;
+struct Group {
+  B q[2];
+  int sc[2] = {1, 1};
+  int m[2] = {0, 0};
+};
+
+// The ggml type whose blocks are Block (the kernels below take a row's blocks, as the x86 ones).
+template <class Block, class Q, class... Qs>
+auto type_of_block(TypeList<Q, Qs...>) {
+  if constexpr (std::is_same_v<typename Q::Block, Block>) return std::type_identity<Q>{};
+  else return type_of_block<Block>(TypeList<Qs...>{});
+}
+template <class Block>
+using TypeOf = typename decltype(type_of_block<Block>(Types{}))::type;
+
+// The block's dmin: the K types' own, minus Q4_1's and Q5_1's m (x = d q + m), else none.
+template <class Block>
+float minimum_scale(const Block& b) {
+  if constexpr (requires { b.dmin; }) return half_to_float(b.dmin);
+  else if constexpr (requires { b.m; }) return -half_to_float(b.m);
+  else return 0.0f;
+}
+
+// 16 bytes of nibbles as the 32 codes of a 32-value group (byte j: value j low, j + 16 high).
+inline Group nibbles(const uint8_t* qs) {
+  const B v = Bytes::load(qs);
+  return {{Bytes::bit_and(v, Bytes::set1(0x0F)), Bytes::shr(v, 4)}};
+}
+// Bits [shift, shift + width) of the 32 bytes at p, in the low bits of each.
+inline Group bit_field(const uint8_t* p, int shift, int width) {
+  const B mask = Bytes::set1((1 << width) - 1);
+  return {{Bytes::bit_and(Bytes::shr(Bytes::load(p), shift), mask), Bytes::bit_and(Bytes::shr(Bytes::load(p + 16), shift), mask)}};
+}
+// The codes with their top bits, stored apart, put above bit `shift`; less `offset`.
+inline Group with_high(Group g, const Group& high, int shift, int offset) {
+  for (int h = 0; h < 2; ++h) g.q[h] = Bytes::sub(Bytes::bit_or(g.q[h], Bytes::shl(high.q[h], shift)), Bytes::set1(offset));
+  return g;
+}
+// Q5_0's and Q5_1's fifth bits, bit j of the little-endian qh for value j: qh's byte j / 8 spread
+// over the 8 bytes of its values and each byte's own bit tested (1 where set).
+inline Group fifth_bits(const uint8_t (&qh)[4]) {
+  static constexpr int8_t spread[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}, {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3}};
+  static constexpr uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  Group g;
+  for (int h = 0; h < 2; ++h)
+    g.q[h] = Bytes::bit_and(Bytes::any_bits(Bytes::lookup(Bytes::splat4(qh), Bytes::load(spread[h])), Bytes::load(bit)), Bytes::set1(1));
+  return g;
+}
+inline Group iq4_levels(Group g) {
+  const B levels = Bytes::load(kIq4Levels);
+  for (B& q : g.q) q = Bytes::lookup(levels, q);
+  return g;
+}
+
+inline Group group(const Q4_0::Block& b, int) {
+  Group g = nibbles(b.qs);
+  for (B& q : g.q) q = Bytes::sub(q, Bytes::set1(8));
+  return g;
+}
+inline Group group(const Q4_1::Block& b, int) {
+  Group g = nibbles(b.qs);
+  g.m[0] = g.m[1] = 1;
+  return g;
+}
+inline Group group(const Q5_0::Block& b, int) { return with_high(nibbles(b.qs), fifth_bits(b.qh), 4, 16); }
+inline Group group(const Q5_1::Block& b, int) {
+  Group g = with_high(nibbles(b.qs), fifth_bits(b.qh), 4, 0);
+  g.m[0] = g.m[1] = 1;
+  return g;
+}
+inline Group group(const Q8_0::Block& b, int) { return {{Bytes::load(b.qs), Bytes::load(b.qs + 16)}}; }
+inline Group group(const IQ4_NL::Block& b, int) { return iq4_levels(nibbles(b.qs)); }
+// Q2_K, Q3_K, Q6_K: group t = 4 h + k is bits 2k of qs[32 h + l] (l < 32), sub-blocks 2t, 2t + 1.
+inline Group group(const Q2_K::Block& b, int t) {
+  Group g = bit_field(b.qs + 32 * (t / 4), 2 * (t % 4), 2);
+  for (int h = 0; h < 2; ++h) g.sc[h] = b.scales[2 * t + h] & 0x0F, g.m[h] = b.scales[2 * t + h] >> 4;
+  return g;
+}
+inline Group group(const Q3_K::Block& b, int t) {  // the third bit, bit t of hmask[l], clear: less 4
+  Group g = with_high(bit_field(b.qs + 32 * (t / 4), 2 * (t % 4), 2), bit_field(b.hmask, t, 1), 2, 4);
+  for (int h = 0; h < 2; ++h) g.sc[h] = Q3_K::scale(b, 2 * t + h);
+  return g;
+}
+inline Group group(const Q6_K::Block& b, int t) {
+  const int h = t / 4, k = t % 4;
+  Group g = with_high(bit_field(b.ql + 64 * h + 32 * (k % 2), 4 * (k / 2), 4), bit_field(b.qh + 32 * h, 2 * k, 2), 4, 32);
+  for (int s = 0; s < 2; ++s) g.sc[s] = b.scales[2 * t + s];
+  return g;
+}
+// Q4_K, Q5_K: group t is nibble t % 2 of qs[32 (t / 2) + l], (Q5_K) plus 16 where bit t of qh[l].
+inline Group k_group(const uint8_t (&scales)[12], const uint8_t* qs, int t) {
+  Group g = bit_field(qs + 32 * (t / 2), 4 * (t % 2), 4);
+  g.sc[0] = g.sc[1] = k_scale(scales, t), g.m[0] = g.m[1] = k_min(scales, t);
+  return g;
+}
+inline Group group(const Q4_K::Block& b, int t) { return k_group(b.scales, b.qs, t); }
+inline Group group(const Q5_K::Block& b, int t) { return with_high(k_group(b.scales, b.qs, t), bit_field(b.qh, t, 1), 4, 0); }
+inline Group group(const IQ4_XS::Block& b, int t) {
+  Group g = iq4_levels(nibbles(b.qs + 16 * t));
+  g.sc[0] = g.sc[1] = (((b.scales_l[t / 2] >> (4 * (t % 2))) & 0x0F) | (((b.scales_h >> (2 * t)) & 3) << 4)) - 32;
+  return g;
+}
+
+// A row's blocks times int8 activations: per group, (d xd) times the integer products scaled by
+// the halves' sub-block scales, less (dmin xd) times the minima times the activations' sums
+// (the block's sum xs where both halves share one minimum, else the halves' own, as products).
+template <class Block, class Q = TypeOf<Block>>
+  requires(!kInt16Input<Q>)
+float dot(const Block* b, Index cols, const int8_t* xq, const float* xd, const int32_t* xs) {
+  using Ops = simd::Ops;
+  Ops::V acc = Ops::zero(), minima = Ops::zero();
+  float mins = 0;
+  for (Index i = 0; i < cols / Q::kValues; ++i) {
+    const float d = half_to_float(b[i].d), dmin = minimum_scale(b[i]);
+    // Unrolled, so that each group's shifts are by constants: in a loop clang made the shift
+    // counts a vector that counts along with t, and SIMD128 then shifted byte by byte.
+#pragma GCC unroll 8
+    for (int t = 0; t < Q::kValues / 32; ++t) {
+      const Index a = i * (Q::kValues / 32) + t;
+      const int8_t* x = xq + 32 * a;
+      const Group g = group(b[i], t);
+      const Bytes::I lo = Bytes::dot(Bytes::zero(), g.q[0], x), hi = Bytes::dot(Bytes::zero(), g.q[1], x + 16);
+      acc = Ops::madd(acc, Ops::set1(d * xd[a]), Bytes::to_float(Bytes::add(Bytes::scaled(lo, g.sc[0]), Bytes::scaled(hi, g.sc[1]))));
+      if (g.m[0] == g.m[1]) {
+        mins += dmin * static_cast<float>(g.m[0]) * xd[a] * static_cast<float>(xs[a]);
+      } else {
+        const Bytes::I m = Bytes::dot(Bytes::dot(Bytes::zero(), Bytes::set1(g.m[0]), x), Bytes::set1(g.m[1]), x + 16);
+        minima = Ops::madd(minima, Ops::set1(dmin * xd[a]), Bytes::to_float(m));
+      }
+    }
+  }
+  return Ops::sum(acc) - Ops::sum(minima) - mins;
+}
+// Q8_0 times int16 activations: q8's block products (neon.hpp, wasm_simd128.hpp).
+inline float dot(const Q8_0::Block* b, Index cols, const int16_t* xq, const float* xd) {
+  using Ops = simd::Ops;
+  Ops::V acc = Ops::zero();
+  for (Index i = 0; i < cols / 32; ++i)
+    acc = Ops::madd(acc, Ops::set1(half_to_float(b[i].d) * xd[i]), Bytes::to_float(simd::q8_block_dot(b[i].qs, xq + 32 * i)));
+  return Ops::sum(acc);
+}
+
+// The GEMM's widening of a whole block.
+template <class Block, class Q = TypeOf<Block>>
+void widen(const Block& b, float* out) {
+  const float d = half_to_float(b.d), dmin = minimum_scale(b);
+#pragma GCC unroll 8  // as in dot
+  for (int t = 0; t < Q::kValues / 32; ++t) {
+    const Group g = group(b, t);
+    for (int h = 0; h < 2; ++h)
+      Bytes::widen(g.q[h], d * static_cast<float>(g.sc[h]), dmin * static_cast<float>(g.m[h]), out + 32 * t + 16 * h);
+  }
+}
+#endif
+
 // Row r of w (type Q) times the quantized activations: the type's own kernel where this target
 // has one, else through the dequantizer.
 template <class Q>

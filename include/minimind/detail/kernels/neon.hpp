@@ -16,6 +16,7 @@
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace minimind::kernels::neon {
 
@@ -113,5 +114,48 @@ inline float q4_dot(const uint8_t* q, const uint16_t* d, Index stride, const int
   }
   return sum;
 }
+
+// Byte vectors for ggml's decode products and widening (ggml.hpp's NEON and WASM section, which
+// wasm_simd128.hpp's Bytes serves too): 16 signed codes, their products with int8 activations
+// in 4 int32 lanes (sdot where the CPU has `dotprod`, else widening multiplies: a product of two
+// int8 fits int16), and the codes widened to float.
+struct Bytes {
+  using B = int8x16_t;
+  using I = int32x4_t;
+  static B load(const void* p) { return vld1q_s8(static_cast<const int8_t*>(p)); }
+  static B splat4(const void* p) {  // 4 bytes, repeated
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return vreinterpretq_s8_u32(vdupq_n_u32(v));
+  }
+  static B set1(int v) { return vdupq_n_s8(static_cast<int8_t>(v)); }
+  static B bit_and(B a, B b) { return vandq_s8(a, b); }
+  static B bit_or(B a, B b) { return vorrq_s8(a, b); }
+  static B sub(B a, B b) { return vsubq_s8(a, b); }
+  static B shr(B a, int n) { return vreinterpretq_s8_u8(vshlq_u8(vreinterpretq_u8_s8(a), vdupq_n_s8(static_cast<int8_t>(-n)))); }
+  static B shl(B a, int n) { return vshlq_s8(a, vdupq_n_s8(static_cast<int8_t>(n))); }
+  static B lookup(B table, B index) { return vqtbl1q_s8(table, vreinterpretq_u8_s8(index)); }  // index < 16
+  static B any_bits(B a, B mask) { return vreinterpretq_s8_u8(vtstq_s8(a, mask)); }  // all ones where a & mask
+  static I zero() { return vdupq_n_s32(0); }
+  static I add(I a, I b) { return vaddq_s32(a, b); }
+  static I scaled(I a, int s) { return vmulq_n_s32(a, s); }
+  static float32x4_t to_float(I a) { return vcvtq_f32_s32(a); }
+  static I dot(I acc, B q, const int8_t* x) {
+    const int8x16_t xv = vld1q_s8(x);
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(acc, q, xv);
+#else
+    return vpadalq_s16(vpadalq_s16(acc, vmull_s8(vget_low_s8(q), vget_low_s8(xv))), vmull_high_s8(q, xv));
+#endif
+  }
+  // out[j] = scale * q[j] - min for the 16 codes.
+  static void widen(B q, float scale, float min, float* out) {
+    const int16x8_t h[2] = {vmovl_s8(vget_low_s8(q)), vmovl_high_s8(q)};
+    for (int k = 0; k < 4; ++k) {
+      const int32x4_t v = k % 2 ? vmovl_high_s16(h[k / 2]) : vmovl_s16(vget_low_s16(h[k / 2]));
+      vst1q_f32(out + 4 * k, vsubq_f32(vmulq_n_f32(vcvtq_f32_s32(v), scale), vdupq_n_f32(min)));
+    }
+  }
+};
 
 }  // namespace minimind::kernels::neon

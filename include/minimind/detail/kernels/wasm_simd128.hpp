@@ -82,4 +82,39 @@ inline float q4_dot(const uint8_t* q, const uint16_t* d, Index stride, const int
   return sum;
 }
 
+// Byte vectors for ggml's decode products and widening (ggml.hpp's NEON and WASM section; as
+// neon.hpp's Bytes): products of 16 signed codes with int8 activations, both widened to int16,
+// by i32x4.dot_i16x8.
+struct Bytes {
+  using B = v128_t;
+  using I = v128_t;
+  static B load(const void* p) { return wasm_v128_load(p); }
+  static B splat4(const void* p) { return wasm_v128_load32_splat(p); }  // 4 bytes, repeated
+  static B set1(int v) { return wasm_i8x16_splat(static_cast<int8_t>(v)); }
+  static B bit_and(B a, B b) { return wasm_v128_and(a, b); }
+  static B bit_or(B a, B b) { return wasm_v128_or(a, b); }
+  static B sub(B a, B b) { return wasm_i8x16_sub(a, b); }
+  static B shr(B a, int n) { return wasm_u8x16_shr(a, static_cast<uint32_t>(n)); }
+  static B shl(B a, int n) { return wasm_i8x16_shl(a, static_cast<uint32_t>(n)); }
+  static B lookup(B table, B index) { return wasm_i8x16_swizzle(table, index); }  // index < 16
+  static B any_bits(B a, B mask) { return wasm_i8x16_ne(wasm_v128_and(a, mask), wasm_i8x16_splat(0)); }
+  static I zero() { return wasm_i32x4_splat(0); }
+  static I add(I a, I b) { return wasm_i32x4_add(a, b); }
+  static I scaled(I a, int s) { return wasm_i32x4_mul(a, wasm_i32x4_splat(s)); }
+  static v128_t to_float(I a) { return wasm_f32x4_convert_i32x4(a); }
+  static I dot(I acc, B q, const int8_t* x) {
+    const v128_t xv = wasm_v128_load(x);
+    acc = wasm_i32x4_add(acc, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(q), wasm_i16x8_extend_low_i8x16(xv)));
+    return wasm_i32x4_add(acc, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(q), wasm_i16x8_extend_high_i8x16(xv)));
+  }
+  // out[j] = scale * q[j] - min for the 16 codes.
+  static void widen(B q, float scale, float min, float* out) {
+    const v128_t h[2] = {wasm_i16x8_extend_low_i8x16(q), wasm_i16x8_extend_high_i8x16(q)};
+    for (int k = 0; k < 4; ++k) {
+      const v128_t v = k % 2 ? wasm_i32x4_extend_high_i16x8(h[k / 2]) : wasm_i32x4_extend_low_i16x8(h[k / 2]);
+      wasm_v128_store(out + 4 * k, wasm_f32x4_sub(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(v), wasm_f32x4_splat(scale)), wasm_f32x4_splat(min)));
+    }
+  }
+};
+
 }  // namespace minimind::kernels::wasm_simd128

@@ -1177,6 +1177,14 @@ Weight<float> random_ggml(Index rows, Index cols, uint32_t seed) {
   return Weight<float>::packed<kernels::ggml::Format>(storage, v, true);
 }
 
+// A workspace whose products run on target k, split across pool.
+kernels::Workspace workspace_on(const kernels::Kernels* k, kernels::ThreadPool& pool) {
+  kernels::Workspace work;
+  work.pool = &pool;
+  work.kernels = k;
+  return work;
+}
+
 }  // namespace
 
 TEST_CASE("ggml: every type's decode product and GEMM on every target against the widened weight, row lookup exact") {
@@ -1203,9 +1211,7 @@ TEST_CASE("ggml: every type's decode product and GEMM on every target against th
       for (const kernels::Kernels* k : runnable_targets()) {
         CAPTURE(k->name);
         kernels::ThreadPool pool(2);
-        kernels::Workspace work;
-        work.pool = &pool;
-        work.kernels = k;
+        kernels::Workspace work = workspace_on(k, pool);
         for (Index n : {1, 3, 20, 45, 64}) {  // decode products below 13 positions, the GEMM (panels of 16, 32) from there
           CAPTURE(n);
           const MatrixRM<float> x = random_matrix(n, cols, 51 + static_cast<uint32_t>(n));
@@ -1259,6 +1265,56 @@ TEST_CASE("ggml: the NEON and WASM SIMD128 GEMM blocks widen every type bit for 
   ran += " wasm_simd128";
 #endif
   MESSAGE("ggml blocks widened on:" << (ran.empty() ? std::string(" none (this build has neither target)") : ran));
+}
+
+TEST_CASE("ggml Q4_0 relaid in groups of four rows: the same values, decode products and GEMM on every target") {
+  for (const auto& shape : std::vector<std::pair<Index, Index>>{{37, 512}, {70, 256}, {13, 96}, {3, 64}}) {
+    const Index rows = shape.first, cols = shape.second;  // not bound: clang 14 cannot capture a binding in CAPTURE
+    CAPTURE(rows);
+    CAPTURE(cols);
+    using Block = kernels::ggml::Q4_0::Block;
+    const Weight<float> stored = random_ggml<kernels::ggml::Q4_0>(rows, cols, static_cast<uint32_t>(rows + cols));
+    const kernels::ggml::View sv = stored.format_view<kernels::ggml::Format>();
+    const auto* first = reinterpret_cast<const Block*>(sv.data);
+    auto storage = std::make_shared<std::vector<Block>>(first, first + rows * cols / 32);
+    kernels::ggml::group_rows(reinterpret_cast<std::byte*>(storage->data()), rows, cols);
+    kernels::ggml::View gv = sv;
+    gv.data = reinterpret_cast<const std::byte*>(storage->data());
+    gv.grouped = true;
+    const Weight<float> grouped = Weight<float>::packed<kernels::ggml::Format>(storage, gv, true);
+    if (rows >= 4) CHECK(std::memcmp(storage->data(), first, storage->size() * sizeof(Block)) != 0);
+    const MatrixRM<float> plain = widened(stored);
+    CHECK(widened(grouped) == plain);  // every row's lookup, bit for bit
+    for (const kernels::Kernels* k : runnable_targets()) {
+      CAPTURE(k->name);
+      kernels::ThreadPool pool(2);
+      kernels::Workspace work = workspace_on(k, pool);
+      for (Index n : {1, 3, 20, 45}) {  // decode products, then the GEMM
+        CAPTURE(n);
+        const MatrixRM<float> x = random_matrix(n, cols, 61 + static_cast<uint32_t>(n));
+        const MatrixRM<float> xr = q4_rounded(x);
+        const MatrixRM<float> expected = xr * plain.transpose();
+        const double l1 = (xr.cwiseAbs() * plain.cwiseAbs().transpose()).maxCoeff();
+        MatrixRM<float> out(n, rows);
+        kernels::linear(x, grouped, out, work);
+        CHECK(max_abs(out, expected) <= 3e-6 * l1);
+      }
+      // A share of the rows that starts and ends inside groups (a thread's may).
+      const MatrixRM<float> x = random_matrix(1, cols, 60);
+      work.prepare(x.data(), cols, 1, cols, kernels::Workspace::Needs::of<kernels::ggml::Format>());
+      const auto in = work.inputs<kernels::ggml::Format>(x.data(), cols, cols, 1);
+      std::vector<float> y(static_cast<size_t>(rows), 99.0f), expected(y);
+      const Index begin = std::min<Index>(2, rows - 1), end = rows - 1;
+      k->matvec<kernels::ggml::Format>()(gv, {in.data(), 1}, y.data(), rows, begin, end);
+      kernels::ggml::matvec_reference(sv, in[0].x8, in[0].x8_scale, expected.data(), begin, end);
+      const double l1 = (q4_rounded(x).cwiseAbs() * plain.cwiseAbs().transpose()).maxCoeff();
+      for (Index r = 0; r < rows; ++r) {
+        CAPTURE(r);
+        if (r < begin || r >= end) CHECK(y[static_cast<size_t>(r)] == 99.0f);
+        else CHECK(std::abs(y[static_cast<size_t>(r)] - expected[static_cast<size_t>(r)]) <= 3e-6 * l1);
+      }
+    }
+  }
 }
 
 #if MINIMIND_HAS_AVX512

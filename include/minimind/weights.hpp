@@ -98,8 +98,13 @@ class WeightLoader {
     }
     if constexpr (std::is_same_v<T, float>) {
       if (t.dtype == io::Dtype::GGML && packed && quantized_as_stored_ && deltas.empty()) {
-        const kernels::ggml::View v{t.bytes.data(), t.ggml_type, static_cast<Index>(rows), static_cast<Index>(cols),
-                                    static_cast<Index>(t.bytes.size() / static_cast<size_t>(rows))};
+        kernels::ggml::View v{t.bytes.data(), t.ggml_type, static_cast<Index>(rows), static_cast<Index>(cols),
+                              static_cast<Index>(t.bytes.size() / static_cast<size_t>(rows))};
+        // Q4_0 relaid in place for the decode kernels (ggml.hpp); each matrix is asked for once.
+        if (v.type == kernels::ggml::Q4_0::kType && kernels::ggml_groups_rows()) {
+          kernels::ggml::group_rows(t.bytes.data(), v.rows, v.cols);
+          v.grouped = true;
+        }
         return Weight<T>::template packed<kernels::ggml::Format>(t.owner, v, true);
       }
     }

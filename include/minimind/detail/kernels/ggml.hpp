@@ -33,10 +33,12 @@
 namespace minimind::kernels::ggml {
 
 // A matrix [rows, cols] of one type: row r's cols / Q::kValues blocks at data + r * row_bytes.
+// `grouped` (Q4_0 only): its whole groups of four rows relaid by group_rows, the rows past them as stored.
 struct View {
   const std::byte* data = nullptr;
   uint32_t type = 0;
   Index rows = 0, cols = 0, row_bytes = 0;
+  bool grouped = false;
 };
 
 template <class Q>
@@ -44,8 +46,59 @@ const typename Q::Block* blocks_of(const View& w, Index r) {
   return reinterpret_cast<const typename Q::Block*>(w.data + r * w.row_bytes);
 }
 
+// Q4_0 in q4's groups: the 4 x blocks blocks of rows [r, r + 4) as q4 holds a group (q4.hpp),
+// block b of row r + i's nibbles at 16 (4 b + i), then its scale at element 4 b + i of the scales
+// after them. Q4_0's blocks are q4's (the same nibble order, float16 scale, code offset 8), so
+// q4's group kernels multiply them: one 64-byte run of four rows' codes a step and one load of 16
+// scales every four, where the stored order needs four loads of 16 bytes and four of 2. The
+// loader relays the rows in place in the loaded file (the group's bytes are the same bytes, so
+// no memory is added), where the active kernels are x86's (ggml_groups_rows in targets.hpp).
+static_assert(sizeof(Q4_0::Block) == 2 + q4::kBlockBytes && q4::kBlock == 32);
+inline bool in_group(const View& w, Index r) { return w.grouped && r < w.rows / q4::kGroup * q4::kGroup; }
+// The group whose first row is r, as a q4 matrix of four rows.
+inline q4::View group_view(const View& w, Index r) {
+  const std::byte* start = w.data + r * w.row_bytes;
+  const Index blocks = w.cols / 32;
+  return {reinterpret_cast<const uint8_t*>(start), reinterpret_cast<const uint16_t*>(start + q4::kGroup * blocks * q4::kBlockBytes),
+          q4::kGroup, w.cols, blocks};
+}
+// Block b of row r of a Q4_0 matrix, in its stored form whichever order it is held in.
+inline Q4_0::Block q4_0_block(const View& w, Index r, Index b) {
+  if (!in_group(w, r)) return blocks_of<Q4_0>(w, r)[b];
+  const q4::View g = group_view(w, r - r % q4::kGroup);
+  const Index at = q4::kGroup * b + r % q4::kGroup;
+  Q4_0::Block block;
+  std::memcpy(block.qs, g.q + at * q4::kBlockBytes, q4::kBlockBytes);
+  std::memcpy(&block.d, g.d + at, sizeof block.d);
+  return block;
+}
+// Relays the whole groups of four rows of a Q4_0 matrix [rows, cols] at data (as stored) into
+// group_view's order, in place.
+inline void group_rows(std::byte* data, Index rows, Index cols) {
+  const Index blocks = cols / 32;
+  const View stored{data, Q4_0::kType, rows, cols, blocks * static_cast<Index>(sizeof(Q4_0::Block))};
+  std::vector<Q4_0::Block> group(static_cast<size_t>(q4::kGroup * blocks));
+  for (Index r = 0; r + q4::kGroup <= rows; r += q4::kGroup) {
+    std::memcpy(group.data(), blocks_of<Q4_0>(stored, r), group.size() * sizeof(Q4_0::Block));
+    std::byte* codes = data + r * stored.row_bytes;
+    std::byte* scales = codes + q4::kGroup * blocks * q4::kBlockBytes;
+    for (Index i = 0; i < q4::kGroup; ++i) {
+      for (Index b = 0; b < blocks; ++b) {
+        const Q4_0::Block& block = group[static_cast<size_t>(i * blocks + b)];
+        const Index at = q4::kGroup * b + i;
+        std::memcpy(codes + at * q4::kBlockBytes, block.qs, q4::kBlockBytes);
+        std::memcpy(scales + at * static_cast<Index>(sizeof block.d), &block.d, sizeof block.d);
+      }
+    }
+  }
+}
+
 // Row r widened to float: out [cols].
 inline void dequantize_row(const View& w, Index r, float* out) {
+  if (in_group(w, r)) {
+    for (Index b = 0; b < w.cols / 32; ++b) Q4_0::dequantize(q4_0_block(w, r, b), out + 32 * b);
+    return;
+  }
   with_type(w.type, [&]<class Q>() { dequantize_blocks<Q>(w.data + r * w.row_bytes, static_cast<uint64_t>(w.cols / Q::kValues), out); });
 }
 
@@ -119,7 +172,9 @@ struct Format {
     with_type(w.type, [&]<class Q>() { int8 = kInt8Gemm<Q>; });
     return int8;
   }
+  // Grouped rows are left to the hardware.
   static BlockLines lines(const View& w, Index r, Index mr, Index k0, Index kc) {
+    if (w.grouped) return {};
     Index block_values = 0, block_bytes = 0;
     with_type(w.type, [&]<class Q>() { block_values = Q::kValues, block_bytes = sizeof(typename Q::Block); });
     const Index first = k0 / block_values * block_bytes, run = (kc + block_values - 1) / block_values * block_bytes;
@@ -323,9 +378,12 @@ void unpack_rows(const View& w, Index r, Index rows, const int8_gemm::RowPanel& 
   for (Index i = 0; i < rows; ++i) {
     const auto* b = blocks_of<Q>(w, r + i);
     for (Index k = 0; k < w.cols / Q::kValues; ++k) {
-      if constexpr (std::is_same_v<Q, Q4_0> || std::is_same_v<Q, Q5_0>) {
-        if constexpr (std::is_same_v<Q, Q4_0>) store32(panel.codes_of(i, k), nibbles(b[k].qs));
-        else store32(panel.codes_of(i, k), codes(b[k]));
+      if constexpr (std::is_same_v<Q, Q4_0>) {
+        const Q4_0::Block block = q4_0_block(w, r + i, k);
+        store32(panel.codes_of(i, k), nibbles(block.qs));
+        panel.scales[panel.scale_index(i, k)] = half(block.d);
+      } else if constexpr (std::is_same_v<Q, Q5_0>) {
+        store32(panel.codes_of(i, k), codes(b[k]));
         panel.scales[panel.scale_index(i, k)] = half(b[k].d);
       } else if constexpr (std::is_same_v<Q, Q4_K>) {
         const float d = half(b[k].d), dmin = half(b[k].dmin);
@@ -372,45 +430,6 @@ inline bool int8_products(const View& w, const int8_gemm::Int8Panels& x8, Index 
 #endif
 
 #if MINIMIND_AVX512
-// Rows [r, r + 4) of a Q4_0 matrix: one block of all four rows a step in the 128-bit lanes of one
-// register (row i in lanes 4i..4i+3), the activations broadcast to all four, as q4's group
-// kernel multiplies its interleaved rows (q4.hpp); each row's scale read from its own block.
-template <bool Vnni>
-inline void rows4(const View& w, Index r, const int8_t* xq, const float* xd, const int32_t* xs, float* y) {
-  const Q4_0::Block* rows[4];
-  for (int i = 0; i < 4; ++i) rows[i] = blocks_of<Q4_0>(w, r + i);
-  const __m512i mask = _mm512_set1_epi8(0x0F);
-  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  auto product = [&](Index b, __m512 acc) {
-    __m512i v = _mm512_zextsi128_si512(load16(rows[0][b].qs));
-    v = _mm512_inserti32x4(v, load16(rows[1][b].qs), 1);
-    v = _mm512_inserti32x4(v, load16(rows[2][b].qs), 2);
-    v = _mm512_inserti32x4(v, load16(rows[3][b].qs), 3);
-    const __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
-    const __m512i x_lo = q4::MINIMIND_TARGET::broadcast_x(xq + 32 * b), x_hi = q4::MINIMIND_TARGET::broadcast_x(xq + 32 * b + 16);
-    const __m512i offset = _mm512_maskz_set1_epi32(0x1111, -8 * xs[b]);
-    __m512i sums;
-    if constexpr (Vnni) {
-      sums = q4::MINIMIND_TARGET::dpbusd(q4::MINIMIND_TARGET::dpbusd(offset, lo, x_lo), hi, x_hi);
-    } else {
-      const __m512i pairs = _mm512_add_epi16(_mm512_maddubs_epi16(lo, x_lo), _mm512_maddubs_epi16(hi, x_hi));
-      sums = _mm512_add_epi32(_mm512_madd_epi16(pairs, _mm512_set1_epi16(1)), offset);
-    }
-    __m128i d = _mm_cvtsi32_si128(rows[0][b].d);
-    d = _mm_insert_epi16(d, rows[1][b].d, 1);
-    d = _mm_insert_epi16(d, rows[2][b].d, 2);
-    d = _mm_insert_epi16(d, rows[3][b].d, 3);
-    const __m128 scales = _mm_mul_ps(_mm_cvtph_ps(d), _mm_set1_ps(xd[b]));
-    return _mm512_fmadd_ps(_mm512_maskz_permutexvar_ps(0xFFFF, spread, _mm512_zextps128_ps512(scales)), _mm512_cvtepi32_ps(sums), acc);
-  };
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-  const Index blocks = w.cols / 32;
-  Index b = 0;
-  for (; b + 2 <= blocks; b += 2) a0 = product(b, a0), a1 = product(b + 1, a1);
-  if (b < blocks) a0 = product(b, a0);
-  _mm_storeu_ps(y + r, q4::MINIMIND_TARGET::lane_sums(_mm512_add_ps(a0, a1)));
-}
-
 // Q4_K's eight 6-bit scales and minima (k_scale, k_min) unpacked from its 12 bytes at once, as
 // the bytes of two words: scales = sub-blocks 0-7's scales, mins = their minima.
 inline void k_scales_and_mins(const uint8_t (&p)[12], uint64_t& scales, uint64_t& mins) {
@@ -663,33 +682,55 @@ void widen(const Block& b, float* out) {
 }
 #endif
 
-// Row r of w (type Q) times the quantized activations: the type's own kernel where this target
-// has one, else through the dequantizer.
+// Blocks b of type Q ([cols / Q::kValues]) times the quantized activations: the type's own
+// kernel where this target has one, else through the dequantizer.
 template <class Q>
-float row_dot(const View& w, Index r, const DecodeInput& in) {
-  const auto* b = blocks_of<Q>(w, r);
+float blocks_dot(const typename Q::Block* b, Index cols, const DecodeInput& in) {
   if constexpr (kInt16Input<Q>) {
-    if constexpr (requires { dot(b, w.cols, in.xq, in.xd); }) return dot(b, w.cols, in.xq, in.xd);
-    else return dot_widened<Q>(b, w.cols, in.xq, in.xd);
+    if constexpr (requires { dot(b, cols, in.xq, in.xd); }) return dot(b, cols, in.xq, in.xd);
+    else return dot_widened<Q>(b, cols, in.xq, in.xd);
   } else {
-    if constexpr (requires { dot(b, w.cols, in.x8, in.x8_scale, in.x8_sum); }) return dot(b, w.cols, in.x8, in.x8_scale, in.x8_sum);
-    else return dot_widened<Q>(b, w.cols, in.x8, in.x8_scale);
+    if constexpr (requires { dot(b, cols, in.x8, in.x8_scale, in.x8_sum); }) return dot(b, cols, in.x8, in.x8_scale, in.x8_sum);
+    else return dot_widened<Q>(b, cols, in.x8, in.x8_scale);
   }
 }
+template <class Q>
+float row_dot(const View& w, Index r, const DecodeInput& in) {
+  return blocks_dot<Q>(blocks_of<Q>(w, r), w.cols, in);
+}
 
-// y[r] for r in [begin, end): Q4_0 on AVX-512 four rows at a time, every other row by row_dot.
+// A row of grouped Q4_0 outside a whole group of [begin, end) (a thread's share may start or end
+// inside one): its blocks copied back to the stored form, a chunk at a time.
+inline float grouped_row_dot(const View& w, Index r, const DecodeInput& in) {
+  constexpr Index kChunk = 16;
+  Q4_0::Block chunk[kChunk];
+  float sum = 0;
+  for (Index b0 = 0; b0 < w.cols / 32; b0 += kChunk) {
+    const Index n = std::min(kChunk, w.cols / 32 - b0);
+    for (Index b = 0; b < n; ++b) chunk[b] = q4_0_block(w, r, b0 + b);
+    DecodeInput part = in;
+    part.x8 += 32 * b0, part.x8_scale += b0, part.x8_sum += b0;
+    sum += blocks_dot<Q4_0>(chunk, 32 * n, part);
+  }
+  return sum;
+}
+
+// y[r] for r in [begin, end): grouped Q4_0 by q4's group kernel a group at a time, every other
+// row by row_dot.
 template <class Q>
 void matvec(const View& w, const DecodeInput& in, float* y, Index begin, Index end) {
   Index r = begin;
-#if MINIMIND_AVX512
   if constexpr (std::is_same_v<Q, Q4_0>) {
-    const bool vnni = q4::MINIMIND_TARGET::has_vnni();
-    for (; r + 4 <= end; r += 4) {
-      if (vnni) rows4<true>(w, r, in.x8, in.x8_scale, in.x8_sum, y);
-      else rows4<false>(w, r, in.x8, in.x8_scale, in.x8_sum, y);
+    if (w.grouped) {
+      const Index whole = std::min(end, w.rows / q4::kGroup * q4::kGroup);
+      for (; r < whole && r % q4::kGroup != 0; ++r) y[r] = grouped_row_dot(w, r, in);
+      const uintptr_t ahead = simd::decode_ahead(1024);
+      for (; r + q4::kGroup <= whole; r += q4::kGroup) {
+        q4::MINIMIND_TARGET::group(group_view(w, r), 0, in.x8, in.x8_scale, in.x8_sum, y + r, ahead);
+      }
+      for (; r < whole; ++r) y[r] = grouped_row_dot(w, r, in);
     }
   }
-#endif
   for (; r < end; ++r) y[r] = row_dot<Q>(w, r, in);
 }
 
@@ -703,11 +744,16 @@ inline void widen_block(const View& w, Index r, Index mr, Index k0, Index kc, fl
       const auto* b = blocks_of<Q>(w, r + i);
       for (Index c = 0; c < kc; c += Q::kValues) {
         const Index n = std::min<Index>(Q::kValues, kc - c);
+        const Index k = (k0 + c) / Q::kValues;
+        const typename Q::Block block = [&] {
+          if constexpr (std::is_same_v<Q, Q4_0>) return q4_0_block(w, r + i, k);
+          else return b[k];
+        }();
         if (n == Q::kValues) {
-          if constexpr (requires { widen(b[0], out); }) widen(b[(k0 + c) / Q::kValues], out + i * kc + c);
-          else Q::dequantize(b[(k0 + c) / Q::kValues], out + i * kc + c);
+          if constexpr (requires { widen(block, out); }) widen(block, out + i * kc + c);
+          else Q::dequantize(block, out + i * kc + c);
         } else {
-          Q::dequantize(b[(k0 + c) / Q::kValues], values);
+          Q::dequantize(block, values);
           std::copy_n(values, n, out + i * kc + c);
         }
       }

@@ -196,6 +196,13 @@ inline bool f32_panels_preferred() {
 #endif
 }
 
+// Whether a GGUF's Q4_0 matrices are relaid in groups of four rows at load (ggml::group_rows):
+// where the active kernels are x86's, whose q4 group kernels multiply that order fastest.
+inline bool ggml_groups_rows() {
+  const std::string_view target = active().name;
+  return target == "avx512" || target == "avx2";
+}
+
 // The name of the active target (the line `kernels: NAME` of minimind-next --info).
 inline const char* name() { return active().name; }
 

@@ -192,10 +192,10 @@ int run(int argc, char** argv) {
   }
   http.widen_backlog();
   std::fprintf(stderr,
-               "minimind-server: model %s (%s), %lld slots x %lld tokens of context, queue %lld, prompt cache %lld MiB, %d threads per "
-               "forward pass\n",
+               "minimind-server: model %s (%s), %lld slots x %lld tokens of context, queue %lld, prompt cache %lld MiB (%zu positions), %d "
+               "threads per forward pass\n",
                model_id.c_str(), dir.string().c_str(), static_cast<long long>(slots), static_cast<long long>(context),
-               static_cast<long long>(queue), static_cast<long long>(cache_mb), checkpoint.model.threads());
+               static_cast<long long>(queue), static_cast<long long>(cache_mb), server.cache_positions(), checkpoint.model.threads());
   const bool ipv6 = host.find(':') != std::string::npos;
   std::printf("minimind-server: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", host.c_str(), ipv6 ? "]" : "", bound);
   std::fflush(stdout);

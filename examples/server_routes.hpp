@@ -184,6 +184,9 @@ class Server {
     http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(web::index_html, "text/html; charset=utf-8"); });
   }
 
+  // Positions the prompt cache keeps at most (--cache-mb in whole blocks).
+  size_t cache_positions() const { return engine_.cache_positions(); }
+
   // Waiting requests get 503, running ones stop at their next token.
   void stop() { engine_.shutdown(); }
 

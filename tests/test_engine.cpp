@@ -487,6 +487,8 @@ TEST_CASE("the prompt cache within its bound: the least recently used blocks go 
   // 1 MiB: 16 blocks of the demo model (4 layers, 2 kv heads of 32, f32: 64 KiB a block).
   REQUIRE(KVBlockPool<float>::block_bytes(model.config()) * 16 == size_t{1} << 20);
   Engine engine(model, engine_options(2, 16, 0, 64, 1));
+  CHECK(engine.cache_positions() == 16 * B);
+  CHECK(Engine(model, engine_options(1, 1, 0, 64, 0)).cache_positions() == 0);
   // Five prompts of 4 full blocks and 1 more id, each leaving 5 blocks (the last holds 2 ids: the
   // prompt's and the first reply id's): the cache holds three at most.
   std::vector<std::vector<int32_t>> prompts;

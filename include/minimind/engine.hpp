@@ -367,6 +367,8 @@ class Engine {
     return {shared_->slots, shared_->slots - shared_->busy, shared_->waiting.size()};
   }
   const EngineOptions& options() const { return options_; }
+  // Positions the prompt cache keeps at most: cache_mb in whole blocks (0 when it is off).
+  size_t cache_positions() const { return index_ ? index_->max_nodes() * static_cast<size_t>(KVCache<T>::kBlockPositions) : 0; }
 
  private:
   void enqueue(const std::shared_ptr<detail::EngineSequence<T>>& seq) {

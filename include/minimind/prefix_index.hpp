@@ -45,6 +45,7 @@ class PrefixIndex {
 
   Index block_positions() const { return block_positions_; }
   size_t nodes() const { return live_; }
+  size_t max_nodes() const { return max_nodes_; }
   bool full() const { return live_ >= max_nodes_; }
   int32_t block(int32_t node) const { return at(node).block; }
   // Positions a match holds.

@@ -71,16 +71,6 @@ struct HeadAttention {
   Index reach() const { return first_visible + m - 1; }
   const T* key(Index j) const { return kv.key_block(j / kv.block_positions) + j % kv.block_positions * head_dim; }
   const T* value(Index j) const { return kv.value_block(j / kv.block_positions) + j % kv.block_positions * head_dim; }
-  // f(j, key j, value j) for the positions j in [0, n), in order, a block at a time (no division per key).
-  template <class F>
-  void for_each_key(Index n, F f) const {
-    for (Index j0 = 0, b = 0; j0 < n; j0 += kv.block_positions, ++b) {
-      const T* keys = kv.key_block(b);
-      const T* values = kv.value_block(b);
-      const Index rows = std::min(kv.block_positions, n - j0);
-      for (Index r = 0; r < rows; ++r) f(j0 + r, keys + r * head_dim, values + r * head_dim);
-    }
-  }
 };
 
 // The scratch attend_tiled needs: a panel of keys transposed (as many keys as the widest
@@ -211,12 +201,27 @@ struct GroupHeads {
   const HeadAttention<float>& a;
   Index h0;  // the first of the G heads
 
+  // f(j, key j, value j) for the positions j in [0, n), in order, a block at a time (no division
+  // per key). Here, compiled for the target, not in HeadAttention: the compiler cannot inline a
+  // target's f into a function compiled without the target, and a call per key made a batch's
+  // decode steps slower.
+  template <class F>
+  void for_each_key(Index n, F f) const {
+    const Index d = a.head_dim, per_block = a.kv.block_positions;
+    for (Index j0 = 0, b = 0; j0 < n; j0 += per_block, ++b) {
+      const float* keys = a.kv.key_block(b);
+      const float* values = a.kv.value_block(b);
+      const Index rows = std::min(per_block, n - j0);
+      for (Index r = 0; r < rows; ++r) f(j0 + r, keys + r * d, values + r * d);
+    }
+  }
+
   // p_g[j] = q_g . key j for j < visible, and top_g the largest: per key one horizontal sum for
   // the G heads. (The maxima as they come: a loop of its own waited on each vmaxss.)
   void scores(const float* const* q, float* const* p, Index visible, float* top) const {
     for (int g = 0; g < G; ++g) top[g] = -std::numeric_limits<float>::infinity();
     const Index d = a.head_dim;
-    a.for_each_key(visible, [&](Index j, const float* key, const float* value) {
+    for_each_key(visible, [&](Index j, const float* key, const float* value) {
       for (Index byte = 0; byte < d * 4; byte += 64) S::prefetch(value, byte);
       V acc[4] = {S::zero(), S::zero(), S::zero(), S::zero()};
       alignas(16) float tail[4] = {0, 0, 0, 0};
@@ -244,7 +249,7 @@ struct GroupHeads {
     V acc[G][K];
     for (int g = 0; g < G; ++g)
       for (int t = 0; t < K; ++t) acc[g][t] = S::zero();
-    a.for_each_key(visible, [&](Index j, const float*, const float* value) {
+    for_each_key(visible, [&](Index j, const float*, const float* value) {
       V v[K];
       for (int t = 0; t < K; ++t) v[t] = S::load(value + c + t * L);
       for (int g = 0; g < G; ++g) {
@@ -280,7 +285,7 @@ struct GroupHeads {
       for (; c < d; ++c) {
         for (int g = 0; g < G; ++g) {
           float sum_c = 0;
-          a.for_each_key(visible, [&](Index j, const float*, const float* value) { sum_c += p[g][j] * value[c]; });
+          for_each_key(visible, [&](Index j, const float*, const float* value) { sum_c += p[g][j] * value[c]; });
           out[g][c] = sum_c;
         }
       }
